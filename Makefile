@@ -1,0 +1,49 @@
+# Two commands on a fresh machine:
+#   make run   - create .venv if missing, install the project, launch the app on a built-in sample
+#   make test  - same set-up plus test dependencies and Chromium, then the whole test suite
+PY ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+HOST ?= 127.0.0.1
+PORT ?= 8050
+SAMPLE ?= bert_tiny
+export HF_HUB_OFFLINE := 1
+export TRANSFORMERS_OFFLINE := 1
+
+.PHONY: run test install install-test browser bench graphs lint clean
+
+$(BIN)/python:
+	$(PY) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q -c constraints.txt torch==2.13.0
+
+$(VENV)/.installed: $(BIN)/python pyproject.toml constraints.txt
+	$(BIN)/pip install -q -c constraints.txt -e .
+	touch $@
+
+$(VENV)/.installed-test: $(VENV)/.installed
+	$(BIN)/pip install -q -c constraints.txt -e '.[test]'
+	touch $@
+
+install: $(VENV)/.installed
+install-test: $(VENV)/.installed-test
+
+browser:
+	@command -v chromium >/dev/null 2>&1 || { \
+	  if [ "$$(id -u)" = 0 ]; then SUDO=""; else SUDO="sudo"; fi; \
+	  $$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq chromium chromium-driver >/dev/null; }
+
+run: install
+	$(BIN)/magis app --sample $(SAMPLE) --host $(HOST) --port $(PORT)
+
+test: install-test browser
+	$(BIN)/python -m pytest -q
+
+bench: install
+	$(BIN)/python bench/workloads.py
+
+graphs: install
+	$(BIN)/python -m sample_graphs.generate
+
+lint: install-test
+	$(BIN)/ruff check .

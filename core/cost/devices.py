@@ -1,0 +1,71 @@
+"""Device profiles for the analytic cost model.
+
+Numbers are vendor datasheet peaks (dense, no sparsity).  ``matmul_flops`` is the peak for matrix
+multiply / convolution per dtype (float32 runs as TF32 on tensor cores, as in the MAGIS evaluation);
+``vector_flops`` is the non-tensor-core peak used by elementwise and reduction ops.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class DeviceProfile:
+    name: str
+    memory_bytes: int
+    matmul_flops: dict[str, float]  # dtype -> FLOP/s
+    vector_flops: float  # FLOP/s
+    mem_bandwidth: float  # bytes/s
+    host_bandwidth: float  # bytes/s, one direction, device <-> pinned host memory
+    launch_overhead: float  # s per kernel
+    compute_efficiency: float = 0.75  # best fraction of peak FLOP/s a large kernel reaches
+    memory_efficiency: float = 0.85  # best fraction of peak bandwidth
+    half_time: float = 4e-6  # an op needing this long at peak runs at half efficiency
+    notes: str = ""
+    extra: dict[str, float] = field(default_factory=dict)
+
+    def matmul_peak(self, dtype: str) -> float:
+        return self.matmul_flops.get(dtype, self.matmul_flops.get("float32", self.vector_flops))
+
+
+GB = 1024**3
+T = 1e12
+
+DEVICES: dict[str, DeviceProfile] = {
+    "rtx3090": DeviceProfile(
+        name="rtx3090", memory_bytes=24 * GB,
+        matmul_flops={"float32": 35.6 * T, "float16": 71 * T, "bfloat16": 71 * T, "float64": 0.556 * T},
+        vector_flops=35.6 * T, mem_bandwidth=936e9, host_bandwidth=22e9, launch_overhead=5e-6,
+        notes="GeForce RTX 3090 (the MAGIS paper's GPU), PCIe 4.0 x16",
+    ),
+    "a100-80gb": DeviceProfile(
+        name="a100-80gb", memory_bytes=80 * GB,
+        matmul_flops={"float32": 156 * T, "float16": 312 * T, "bfloat16": 312 * T, "float64": 19.5 * T},
+        vector_flops=19.5 * T, mem_bandwidth=2039e9, host_bandwidth=25e9, launch_overhead=4e-6,
+        notes="A100 SXM4 80GB, PCIe 4.0 host link",
+    ),
+    "h100-sxm": DeviceProfile(
+        name="h100-sxm", memory_bytes=80 * GB,
+        matmul_flops={"float32": 494.7 * T, "float16": 989.4 * T, "bfloat16": 989.4 * T,
+                      "float64": 66.9 * T},
+        vector_flops=66.9 * T, mem_bandwidth=3350e9, host_bandwidth=50e9, launch_overhead=3e-6,
+        notes="H100 SXM5 80GB, PCIe 5.0 host link",
+    ),
+    "cpu": DeviceProfile(
+        name="cpu", memory_bytes=24 * GB,
+        matmul_flops={"float32": 100e9, "bfloat16": 50e9, "float16": 25e9, "float64": 50e9},
+        vector_flops=25e9, mem_bandwidth=15e9, host_bandwidth=15e9, launch_overhead=5e-6,
+        compute_efficiency=0.6, memory_efficiency=0.6, half_time=20e-6,
+        notes="a generic 2-core x86 server CPU (rough; use --measured for real numbers)",
+    ),
+}
+
+DEFAULT_DEVICE = "rtx3090"
+
+
+def get_device(name: str) -> DeviceProfile:
+    key = name.lower()
+    if key not in DEVICES:
+        raise ValueError(f"unknown device {name!r}; known: {', '.join(DEVICES)}")
+    return DEVICES[key]

@@ -1,0 +1,355 @@
+"""PyTorch -> Graph.
+
+The forward pass, or the whole training step (forward, loss, backward producing every weight
+gradient, optionally an SGD update), is captured with AOTAutograd's ``aot_export_module`` on fake
+tensors: shapes and dtypes are exact, nothing is computed and no parameter memory is allocated, so
+multi-billion-parameter models import on a laptop.  The captured graph is functional (buffer
+mutations such as batch-norm running statistics become extra outputs), and every node is an aten
+call, so any graph derived from it can be exported and run.
+
+Module paths: AOTAutograd's joint trace does not keep ``nn_module_stack``, so each op's module path
+is derived from parameter ownership -- an op that reads a parameter belongs to the module owning
+it; any other op belongs to the deepest module common to the ops that produce its inputs.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import nn
+
+from ..ir import ops
+from ..ir.graph import Graph, GraphError, Node, NodeKind, TensorKind, TensorMeta, TorchConst, TRef
+
+
+class ImportErrorMAGIS(GraphError):
+    """The model could not be captured (unsupported construct, bad inputs...)."""
+
+
+@dataclass
+class ImportStats:
+    seconds: float
+    fx_nodes: int
+
+
+def _dtype_name(dt: torch.dtype) -> str:
+    return str(dt).removeprefix("torch.")
+
+
+def _const(v: Any) -> Any:
+    if isinstance(v, torch.dtype):
+        return TorchConst("dtype", _dtype_name(v))
+    if isinstance(v, torch.device):
+        return TorchConst("device", v.type)
+    if isinstance(v, torch.layout):
+        return TorchConst("layout", str(v).removeprefix("torch."))
+    if isinstance(v, torch.memory_format):
+        return TorchConst("memory_format", str(v).removeprefix("torch."))
+    if isinstance(v, (bool, int, float, str)) or v is None:
+        return v
+    if isinstance(v, (list, tuple)):
+        return type(v)(_const(x) for x in v)
+    raise ImportErrorMAGIS(f"unsupported constant argument of type {type(v).__name__}: {v!r}")
+
+
+def _meta_of(val: Any, kind: TensorKind) -> TensorMeta:
+    if val is None:  # an output the op did not compute (e.g. a masked-off gradient)
+        return TensorMeta((0,), "float32", kind)
+    if not isinstance(val, torch.Tensor):
+        raise ImportErrorMAGIS(f"non-tensor op output {type(val).__name__}")
+    try:
+        shape = tuple(int(s) for s in val.shape)
+    except (TypeError, ValueError):
+        raise ImportErrorMAGIS("dynamic shapes are not supported; give example inputs of fixed size") from None
+    return TensorMeta(shape, _dtype_name(val.dtype), kind)
+
+
+class _TrainStep(nn.Module):
+    def __init__(self, model: nn.Module, loss_fn: Callable[..., torch.Tensor]) -> None:
+        super().__init__()
+        self.model = model
+        self._loss_fn = loss_fn
+
+    def forward(self, *inputs: torch.Tensor) -> tuple[torch.Tensor]:
+        return (self._loss_fn(self.model, *inputs),)
+
+
+class _Forward(nn.Module):
+    def __init__(self, model: nn.Module, forward_fn: Callable[..., Any] | None) -> None:
+        super().__init__()
+        self.model = model
+        self._forward_fn = forward_fn
+
+    def forward(self, *inputs: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        out = self._forward_fn(self.model, *inputs) if self._forward_fn else self.model(*inputs)
+        if isinstance(out, torch.Tensor):
+            return (out,)
+        if hasattr(out, "to_tuple"):
+            out = out.to_tuple()
+        return tuple(t for t in out if isinstance(t, torch.Tensor))
+
+
+def _strip(name: str) -> str:
+    return name.removeprefix("model.")
+
+
+def capture(
+    model: nn.Module,
+    inputs: tuple[torch.Tensor, ...],
+    loss_fn: Callable[..., torch.Tensor] | None = None,
+    forward_fn: Callable[..., Any] | None = None,
+    training: bool = True,
+    name: str = "model",
+    sgd_lr: float | None = None,
+) -> Graph:
+    """Capture ``model`` on example ``inputs`` as a Graph.
+
+    training=True: forward + ``loss_fn(model, *inputs)`` + backward (gradients of every parameter
+    that requires grad); ``sgd_lr`` appends a plain SGD update ``p - lr * grad``.
+    training=False: the forward pass (``forward_fn(model, *inputs)`` or ``model(*inputs)``).
+    Inputs may be real, fake or meta tensors; pass fake tensors for big models.
+    """
+    from torch._functorch.aot_autograd import aot_export_module
+
+    if training and loss_fn is None:
+        raise ImportErrorMAGIS("a training graph needs a loss function")
+    t0 = time.perf_counter()
+    wrapper: nn.Module = _TrainStep(model, loss_fn) if training else _Forward(model, forward_fn)
+    try:
+        if training:
+            gm, sig = aot_export_module(wrapper, tuple(inputs), trace_joint=True, output_loss_index=0)
+        else:
+            with torch.no_grad():
+                gm, sig = aot_export_module(wrapper, tuple(inputs), trace_joint=False)
+    except Exception as e:  # torch raises many exception types while tracing
+        msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise ImportErrorMAGIS(f"could not capture the model: {type(e).__name__}: {msg}") from e
+    g = _convert(gm, sig, training, name, inputs)
+    if training and sgd_lr is not None:
+        _append_sgd(g, sgd_lr)
+    g.meta.update(
+        {
+            "mode": "train" if training else "forward",
+            "capture_seconds": round(time.perf_counter() - t0, 3),
+            "fx_nodes": len(gm.graph.nodes),
+            "sgd_lr": sgd_lr,
+        }
+    )
+    g.validate()
+    return g
+
+
+def _convert(gm: torch.fx.GraphModule, sig: Any, training: bool, name: str,
+             inputs: tuple[torch.Tensor, ...]) -> Graph:
+    g = Graph(name)
+    env: dict[str, Any] = {}  # fx node name -> TRef or tuple of TRefs
+    params = dict(sig.inputs_to_parameters)
+    buffers = dict(sig.inputs_to_buffers)
+    user_inputs = list(sig.user_inputs)
+
+    def conv(a: Any) -> Any:
+        if isinstance(a, torch.fx.Node):
+            v = env[a.name]
+            if isinstance(v, tuple):
+                raise ImportErrorMAGIS(f"multi-output node {a.name} used without getitem")
+            return v
+        if isinstance(a, (list, tuple)):
+            return type(a)(conv(x) for x in a)
+        return _const(a)
+
+    out_node = None
+    for n in gm.graph.nodes:
+        if n.op == "placeholder":
+            if n.name in params:
+                target, kind = "param:" + _strip(params[n.name]), TensorKind.WEIGHT
+            elif n.name in buffers:
+                target, kind = "buffer:" + _strip(buffers[n.name]), TensorKind.WEIGHT
+            elif n.name in user_inputs:
+                target, kind = f"input:{user_inputs.index(n.name)}", TensorKind.INPUT
+            else:
+                raise ImportErrorMAGIS(f"unexpected graph input {n.name}")
+            node = g.add_node(name=target.split(":", 1)[1] if kind != TensorKind.INPUT else
+                              f"input_{user_inputs.index(n.name)}", op="placeholder",
+                              kind=NodeKind.PLACEHOLDER, outputs=[_meta_of(n.meta["val"], kind)],
+                              target=target)
+            env[n.name] = TRef(node.id, 0)
+        elif n.op == "call_function":
+            if n.target is __import__("operator").getitem:
+                env[n.name] = env[n.args[0].name][n.args[1]]
+                continue
+            if not isinstance(n.target, torch._ops.OpOverload):
+                raise ImportErrorMAGIS(f"unsupported call {n.target!r} in captured graph")
+            op = str(n.target)
+            val = n.meta.get("val")
+            multi = isinstance(val, (tuple, list))
+            vals = list(val) if multi else [val]
+            args = [conv(a) for a in n.args]
+            kwargs = {k: conv(v) for k, v in n.kwargs.items()}
+            outs = [_meta_of(v, TensorKind.ACTIVATION) for v in vals]
+            for j, src in enumerate(ops.output_aliases(op, len(outs))):
+                if src is not None and src < len(args):
+                    a = args[src]
+                    if isinstance(a, TRef):
+                        outs[j].alias = a
+                    elif isinstance(a, (list, tuple)) and a and isinstance(a[0], TRef):
+                        outs[j].alias = a[0]
+            node = g.add_node(name=n.name, op=op, args=args, kwargs=kwargs, outputs=outs)
+            env[n.name] = tuple(node.refs()) if multi else TRef(node.id, 0)
+        elif n.op == "output":
+            out_node = n
+        else:
+            raise ImportErrorMAGIS(f"unsupported fx node kind {n.op} ({n.name})")
+    assert out_node is not None
+    outs = list(out_node.args[0])
+    names = [o.name if isinstance(o, torch.fx.Node) else None for o in outs]
+    mutated = dict(sig.buffers_to_mutate)
+    grads = dict(sig.backward_signature.gradients_to_parameters) if training else {}
+    n_mut = len(mutated)
+    for i, (o, nm) in enumerate(zip(outs, names, strict=True)):
+        if o is None:
+            continue
+        ref = conv(o)
+        if i < n_mut and nm in mutated:
+            key = "buffer:" + _strip(mutated[nm])
+        elif training and nm in grads and i >= n_mut + 1:
+            key = "grad:" + _strip(grads[nm])
+        elif training:
+            key = "loss"
+        else:
+            key = f"output_{i - n_mut}"
+        if key in g.outputs:
+            key = f"{key}#{i}"
+        g.outputs[key] = ref
+    _assign_kinds(g, training)
+    _assign_modules(g)
+    return g
+
+
+def _assign_kinds(g: Graph, training: bool) -> None:
+    """Forward tensors are activations, backward ones gradients (training: forward = ancestors of the
+    loss); graph outputs of a forward graph are 'output'."""
+    fwd: set[int] = set()
+    if training and "loss" in g.outputs:
+        stack = [g.outputs["loss"].node]
+        while stack:
+            v = stack.pop()
+            if v in fwd:
+                continue
+            fwd.add(v)
+            stack.extend(g.preds(v))
+    for n in g.ops():
+        for t in n.outputs:
+            t.kind = TensorKind.ACTIVATION if (not training or n.id in fwd) else TensorKind.GRADIENT
+    for key, r in g.outputs.items():
+        t = g.tensor(r)
+        if key == "loss" or key.startswith("output_"):
+            t.kind = TensorKind.OUTPUT
+        elif key.startswith("buffer:"):
+            t.kind = TensorKind.WEIGHT
+
+
+def _common_prefix(paths: list[str]) -> str:
+    if not paths:
+        return ""
+    parts = [p.split(".") for p in paths]
+    out = []
+    for comps in zip(*parts, strict=False):
+        if all(c == comps[0] for c in comps):
+            out.append(comps[0])
+        else:
+            break
+    return ".".join(out)
+
+
+def _assign_modules(g: Graph) -> None:
+    for n in g.nodes.values():
+        if n.kind == NodeKind.PLACEHOLDER:
+            if n.target.startswith(("param:", "buffer:")):
+                n.module = n.target.split(":", 1)[1].rpartition(".")[0]
+            continue
+        owners, producers = [], []
+        for r in n.inputs():
+            root = g.nodes[g.storage_root(r).node]
+            if root.kind == NodeKind.PLACEHOLDER and root.target.startswith(("param:", "buffer:")):
+                owners.append(root.module)
+            else:
+                src = g.nodes[r.node]
+                if src.kind != NodeKind.PLACEHOLDER and src.module:
+                    producers.append(src.module)
+        n.module = _common_prefix(owners) if owners else _common_prefix(producers)
+
+
+def _append_sgd(g: Graph, lr: float) -> None:
+    for key in sorted(k for k in g.outputs if k.startswith("grad:")):
+        pname = key.split(":", 1)[1]
+        p = next(n for n in g.placeholders() if n.target == "param:" + pname)
+        gref = g.outputs[key]
+        pm = p.out
+        node = g.add_node(name=f"sgd_{pname.replace('.', '_')}", op="aten.add.Tensor",
+                          args=[TRef(p.id, 0), gref], kwargs={"alpha": -lr},
+                          outputs=[TensorMeta(pm.shape, pm.dtype, TensorKind.WEIGHT)],
+                          module=p.module)
+        g.outputs["param:" + pname] = TRef(node.id, 0)
+
+
+def capture_sample(name: str, training: bool = True, sgd_lr: float | None = None) -> Graph:
+    """Build a sample from ``sample_graphs`` under fake tensors and capture it."""
+    import sample_graphs
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    with FakeTensorMode(allow_non_fake_inputs=True):
+        s = sample_graphs.build(name)
+    g = capture(s.module, s.inputs, s.loss_fn, s.forward_fn, training=training, name=name, sgd_lr=sgd_lr)
+    g.meta["sample"] = name
+    g.meta["description"] = s.description
+    return g
+
+
+def load_factory(spec: str) -> Any:
+    """``path/to/file.py:factory`` -> the object the factory returns (a sample-like object with
+    ``module``, ``inputs``, ``loss_fn`` and optionally ``forward_fn``)."""
+    import importlib.util
+    from pathlib import Path
+
+    path, _, fn = spec.rpartition(":")
+    if not path or not fn:
+        raise ImportErrorMAGIS(f"bad model spec {spec!r}: expected a sample name or path/to/file.py:factory")
+    p = Path(path)
+    if not p.exists():
+        raise ImportErrorMAGIS(f"no such file: {p}")
+    modspec = importlib.util.spec_from_file_location(p.stem, p)
+    if modspec is None or modspec.loader is None:
+        raise ImportErrorMAGIS(f"cannot load {p}")
+    mod = importlib.util.module_from_spec(modspec)
+    modspec.loader.exec_module(mod)
+    if not hasattr(mod, fn):
+        raise ImportErrorMAGIS(f"{p} has no function {fn!r}")
+    return getattr(mod, fn)
+
+
+def capture_spec(spec: str, training: bool = True, sgd_lr: float | None = None) -> Graph:
+    """A sample name, or ``file.py:factory`` where factory() returns a Sample-like object."""
+    import sample_graphs
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    if spec in sample_graphs.NAMES:
+        return capture_sample(spec, training, sgd_lr)
+    if ":" not in spec:
+        raise ImportErrorMAGIS(f"unknown sample {spec!r}; samples: {', '.join(sample_graphs.NAMES)}")
+    factory = load_factory(spec)
+    with FakeTensorMode(allow_non_fake_inputs=True):
+        s = factory()
+    name = getattr(s, "name", spec.rpartition(":")[2])
+    return capture(s.module, tuple(s.inputs), getattr(s, "loss_fn", None), getattr(s, "forward_fn", None),
+                   training=training, name=name, sgd_lr=sgd_lr)
+
+
+def node_count(g: Graph) -> int:
+    return sum(1 for n in g if n.kind != NodeKind.PLACEHOLDER)
+
+
+__all__ = ["capture", "capture_sample", "capture_spec", "ImportErrorMAGIS", "Node"]

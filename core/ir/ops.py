@@ -1,0 +1,595 @@
+"""Ops registry: the one home of operator semantics.
+
+For every aten op kind the registry knows
+  * ``flops(ctx)`` -- floating point operations (for the roofline cost model),
+  * ``bytes_moved(ctx)`` -- bytes read + written (0 for views),
+  * ``dim_links(ctx)`` -- the dimension links of the D-Graph (MAGIS section 4.1): for each tensor
+    input, which input dim corresponds to which output dim, or to a *reduce axis* (negative
+    ``out_dim``: -1 is the first reduce axis) -- ``None`` when unknown, which blocks fission,
+  * ``output_aliases(op)`` -- which outputs are views of which input (from the op's schema),
+  * ``emit(op)`` -- the Python callable the code generator writes for it.
+
+An op that is not listed still imports, simulates and exports (generic aten emission, byte-based
+cost); it only lacks dim links, and ``magis info`` reports it.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import cache
+from typing import Any
+
+from .graph import Node, TensorMeta, TRef
+
+
+@dataclass(frozen=True)
+class DimLink:
+    """Input ``input`` (index into ``node.inputs()``) dim ``in_dim`` <-> output ``output`` dim
+    ``out_dim``; ``out_dim < 0`` is reduce axis ``-out_dim`` of that output (summed over)."""
+
+    input: int
+    in_dim: int
+    output: int
+    out_dim: int
+
+
+@dataclass
+class OpCtx:
+    node: Node
+    ins: list[TensorMeta]  # tensor inputs, in node.inputs() order
+    outs: list[TensorMeta]
+
+    def arg(self, i: int, default: Any = None) -> Any:
+        a = self.node.args
+        return a[i] if i < len(a) else self.node.kwargs.get(_ARGNAMES.get(i, ""), default)
+
+    def kw(self, name: str, pos: int, default: Any = None) -> Any:
+        if name in self.node.kwargs:
+            return self.node.kwargs[name]
+        a = self.node.args
+        return a[pos] if pos < len(a) else default
+
+    def in_index(self, arg_pos: int) -> int | None:
+        """Index in ``ins`` of the tensor passed as positional argument ``arg_pos``."""
+        seen = 0
+        for i, a in enumerate(self.node.args):
+            if isinstance(a, TRef):
+                if i == arg_pos:
+                    return seen
+                seen += 1
+            elif isinstance(a, (list, tuple)):
+                seen += sum(1 for x in a if isinstance(x, TRef))
+        return None
+
+
+_ARGNAMES: dict[int, str] = {}
+
+FlopFn = Callable[[OpCtx], float]
+LinkFn = Callable[[OpCtx], list[DimLink]]
+
+
+@dataclass(frozen=True)
+class OpDef:
+    name: str
+    category: str
+    flops: FlopFn
+    dim_links: LinkFn | None
+
+
+_REGISTRY: dict[str, OpDef] = {}
+
+
+def register(names: str | list[str], category: str, flops: FlopFn, links: LinkFn | None) -> None:
+    for n in [names] if isinstance(names, str) else names:
+        _REGISTRY[n] = OpDef(n, category, flops, links)
+
+
+def norm_dim(d: int, rank: int) -> int:
+    return d + rank if d < 0 else d
+
+
+# ---- flop helpers ----------------------------------------------------------------------------------
+def _out_numel(c: OpCtx) -> float:
+    return float(sum(t.numel for t in c.outs))
+
+
+def _in_numel(c: OpCtx) -> float:
+    return float(c.ins[0].numel) if c.ins else 0.0
+
+
+def _zero(c: OpCtx) -> float:
+    return 0.0
+
+
+def _times(k: float, base: FlopFn) -> FlopFn:
+    return lambda c: k * base(c)
+
+
+# ---- link helpers ----------------------------------------------------------------------------------
+def broadcast_links(c: OpCtx, output: int = 0, inputs: list[int] | None = None) -> list[DimLink]:
+    """Elementwise with numpy broadcasting: a dim links when its size equals the output's (and > 1)."""
+    o = c.outs[output].shape
+    links = []
+    for i in range(len(c.ins)) if inputs is None else inputs:
+        s = c.ins[i].shape
+        for d in range(len(s)):
+            od = d + len(o) - len(s)
+            if od >= 0 and s[d] == o[od] and s[d] > 1:
+                links.append(DimLink(i, d, output, od))
+    return links
+
+
+def _pointwise(c: OpCtx) -> list[DimLink]:
+    out = []
+    for j in range(len(c.outs)):
+        out += broadcast_links(c, j)
+    return out
+
+
+def reshape_links(src: tuple[int, ...], dst: tuple[int, ...]) -> list[tuple[int, int]]:
+    """Pairs (src dim, dst dim) of a reshape: within each group of dims whose products line up, the
+    outermost non-1 dims correspond (splitting an outer dim into n parts splits the merged one)."""
+    pairs = []
+    i = j = 0
+    while i < len(src) and j < len(dst):
+        while i < len(src) and src[i] == 1:
+            i += 1
+        while j < len(dst) and dst[j] == 1:
+            j += 1
+        if i >= len(src) or j >= len(dst):
+            break
+        i0, j0 = i, j
+        ps, pd = src[i], dst[j]
+        i += 1
+        j += 1
+        while ps != pd:
+            if ps < pd:
+                if i >= len(src):
+                    return pairs
+                ps *= src[i]
+                i += 1
+            else:
+                if j >= len(dst):
+                    return pairs
+                pd *= dst[j]
+                j += 1
+        pairs.append((i0, j0))
+    return pairs
+
+
+def _view(c: OpCtx) -> list[DimLink]:
+    return [DimLink(0, a, 0, b) for a, b in reshape_links(c.ins[0].shape, c.outs[0].shape)]
+
+
+def _identity(c: OpCtx) -> list[DimLink]:
+    return [DimLink(0, d, j, d) for j in range(len(c.outs)) for d in range(len(c.ins[0].shape))
+            if len(c.outs[j].shape) == len(c.ins[0].shape) and c.ins[0].shape[d] > 1]
+
+
+def _permute(c: OpCtx) -> list[DimLink]:
+    dims = [norm_dim(d, len(c.ins[0].shape)) for d in c.arg(1)]
+    return [DimLink(0, src, 0, dst) for dst, src in enumerate(dims)]
+
+
+def _transpose(c: OpCtx) -> list[DimLink]:
+    r = len(c.ins[0].shape)
+    if c.node.op == "aten.t.default":
+        d0, d1 = 0, 1 if r == 2 else 0
+    else:
+        d0, d1 = norm_dim(c.arg(1), r), norm_dim(c.arg(2), r)
+    perm = list(range(r))
+    perm[d0], perm[d1] = perm[d1], perm[d0]
+    return [DimLink(0, src, 0, dst) for dst, src in enumerate(perm)]
+
+
+def _expand(c: OpCtx) -> list[DimLink]:
+    return broadcast_links(c, 0, [0])
+
+
+def _unsqueeze(c: OpCtx) -> list[DimLink]:
+    r = len(c.outs[0].shape)
+    d = norm_dim(c.arg(1), r)
+    return [DimLink(0, i, 0, i if i < d else i + 1) for i in range(len(c.ins[0].shape))]
+
+
+def _squeeze(c: OpCtx) -> list[DimLink]:
+    return _view(c)
+
+
+def _slice(c: OpCtx) -> list[DimLink]:
+    r = len(c.ins[0].shape)
+    d = norm_dim(c.kw("dim", 1, 0), r)
+    return [DimLink(0, i, 0, i) for i in range(r) if i != d or c.ins[0].shape[i] == c.outs[0].shape[i]]
+
+
+def _select(c: OpCtx) -> list[DimLink]:
+    r = len(c.ins[0].shape)
+    d = norm_dim(c.arg(1), r)
+    return [DimLink(0, i, 0, i if i < d else i - 1) for i in range(r) if i != d]
+
+
+def _split(c: OpCtx) -> list[DimLink]:
+    r = len(c.ins[0].shape)
+    d = norm_dim(c.kw("dim", 2, 0), r)
+    return [DimLink(0, i, j, i) for j in range(len(c.outs)) for i in range(r) if i != d]
+
+
+def _cat(c: OpCtx) -> list[DimLink]:
+    r = len(c.outs[0].shape)
+    d = norm_dim(c.kw("dim", 1, 0), r)
+    return [DimLink(i, k, 0, k) for i in range(len(c.ins)) for k in range(r)
+            if k != d and len(c.ins[i].shape) == r]
+
+
+def _mm(c: OpCtx) -> list[DimLink]:
+    return [DimLink(0, 0, 0, 0), DimLink(0, 1, 0, -1), DimLink(1, 0, 0, -1), DimLink(1, 1, 0, 1)]
+
+
+def _addmm(c: OpCtx) -> list[DimLink]:
+    return broadcast_links(c, 0, [0]) + [DimLink(i + 1, d, o, od) for i, d, o, od in
+                                          [(0, 0, 0, 0), (0, 1, 0, -1), (1, 0, 0, -1), (1, 1, 0, 1)]]
+
+
+def _bmm(c: OpCtx) -> list[DimLink]:
+    return [DimLink(0, 0, 0, 0), DimLink(1, 0, 0, 0), DimLink(0, 1, 0, 1), DimLink(0, 2, 0, -1),
+            DimLink(1, 1, 0, -1), DimLink(1, 2, 0, 2)]
+
+
+def _mm_flops(c: OpCtx) -> float:
+    a, b = c.ins[-2].shape, c.ins[-1].shape
+    return 2.0 * a[0] * a[1] * b[1]
+
+
+def _bmm_flops(c: OpCtx) -> float:
+    a, b = c.ins[-2].shape, c.ins[-1].shape
+    return 2.0 * a[0] * a[1] * a[2] * b[2]
+
+
+def _conv_flops(c: OpCtx) -> float:
+    x, w = c.ins[0].shape, c.ins[1].shape
+    out = c.outs[0].shape
+    transposed = bool(c.arg(6, False))
+    groups = int(c.arg(8, 1) or 1)
+    kernel = math.prod(w[2:])
+    if transposed:  # weight [Cin, Cout/g, k...]; cost = input positions x Cout/g x k
+        return 2.0 * x[0] * math.prod(x[2:]) * w[0] * w[1] * kernel
+    return 2.0 * out[0] * math.prod(out[2:]) * out[1] * (x[1] // groups) * kernel
+
+
+def _conv_links(c: OpCtx) -> list[DimLink]:
+    links = [DimLink(0, 0, 0, 0)]
+    transposed = bool(c.arg(6, False))
+    groups = int(c.arg(8, 1) or 1)
+    if groups == 1:
+        if transposed:
+            links += [DimLink(0, 1, 0, -1), DimLink(1, 0, 0, -1), DimLink(1, 1, 0, 1)]
+        else:
+            links += [DimLink(0, 1, 0, -1), DimLink(1, 1, 0, -1), DimLink(1, 0, 0, 1)]
+        if len(c.ins) > 2:
+            links.append(DimLink(2, 0, 0, 1))
+    return links
+
+
+def _conv_bwd_flops(c: OpCtx) -> float:
+    # grad_out, input, weight; output_mask picks which of (grad_in, grad_w, grad_b) are computed
+    go, x, w = c.ins[0].shape, c.ins[1].shape, c.ins[2].shape
+    transposed = bool(c.arg(7, False))
+    groups = int(c.arg(9, 1) or 1)
+    mask = c.arg(10, [True, True, True]) or [True, True, True]
+    kernel = math.prod(w[2:])
+    if transposed:
+        one = 2.0 * x[0] * math.prod(x[2:]) * w[0] * w[1] * kernel
+    else:
+        one = 2.0 * go[0] * math.prod(go[2:]) * go[1] * (x[1] // groups) * kernel
+    return one * (int(bool(mask[0])) + int(bool(mask[1]))) + (math.prod(go) if mask[2] else 0)
+
+
+def _conv_bwd_links(c: OpCtx) -> list[DimLink]:
+    # out0 = grad_input [N, ...], out1 = grad_weight (batch summed), out2 = grad_bias (batch summed)
+    links = [DimLink(0, 0, 0, 0), DimLink(1, 0, 0, 0)]
+    if len(c.outs) > 1:
+        links += [DimLink(0, 0, 1, -1), DimLink(1, 0, 1, -1)]
+    if len(c.outs) > 2:
+        links += [DimLink(0, 0, 2, -1)]
+    return links
+
+
+def _reduce_links(c: OpCtx, summable: bool) -> list[DimLink]:
+    x = c.ins[0].shape
+    dims = c.arg(1)
+    if dims is None or dims == []:
+        dims = list(range(len(x)))
+    dims = sorted({norm_dim(d, len(x)) for d in ([dims] if isinstance(dims, int) else dims)})
+    keep = bool(c.arg(2, False))
+    links, k, red = [], 0, 0
+    for d in range(len(x)):
+        if d in dims:
+            red += 1
+            if summable and x[d] > 1:
+                links.append(DimLink(0, d, 0, -red))
+            if keep:
+                k += 1
+        else:
+            if x[d] > 1:
+                links.append(DimLink(0, d, 0, k))
+            k += 1
+    return links
+
+
+def _sum_all_links(c: OpCtx) -> list[DimLink]:
+    return [DimLink(0, d, 0, -(d + 1)) for d in range(len(c.ins[0].shape)) if c.ins[0].shape[d] > 1]
+
+
+def _softmax_links(c: OpCtx) -> list[DimLink]:
+    r = len(c.outs[0].shape)
+    d = norm_dim(c.arg(1) if c.node.op.startswith("aten._softmax.") or c.node.op.startswith(
+        "aten._log_softmax.") else c.arg(2), r)
+    return [lk for lk in broadcast_links(c, 0) if lk.out_dim != d]
+
+
+def _layer_norm_links(c: OpCtx) -> list[DimLink]:
+    x = c.ins[0].shape
+    lead = len(x) - len(c.arg(1))
+    return [DimLink(0, d, j, d) for j in range(len(c.outs)) for d in range(lead) if x[d] > 1]
+
+
+def _layer_norm_bwd_links(c: OpCtx) -> list[DimLink]:
+    go = c.ins[0].shape
+    lead = len(go) - len(c.arg(2))
+    links = [DimLink(i, d, 0, d) for i in (0, 1) for d in range(lead) if go[d] > 1]
+    for j in range(1, len(c.outs)):  # grad weight / bias: the leading dims are summed
+        links += [DimLink(i, d, j, -(d + 1)) for i in (0, 1) for d in range(lead) if go[d] > 1]
+    return links
+
+
+def _channel_links(c: OpCtx) -> list[DimLink]:
+    """Batch norm (training): statistics reduce over batch and space, so only channels link."""
+    ch = c.ins[0].shape[1] if len(c.ins[0].shape) > 1 else 0
+    links = []
+    for i, t in enumerate(c.ins):
+        for d, s in enumerate(t.shape):
+            if s == ch and (d == 1 if len(t.shape) > 1 else d == 0):
+                for j, o in enumerate(c.outs):
+                    od = 1 if len(o.shape) > 1 else 0
+                    if len(o.shape) > od and o.shape[od] == ch:
+                        links.append(DimLink(i, d, j, od))
+    return links
+
+
+def _pool_links(c: OpCtx) -> list[DimLink]:
+    links = []
+    for i, t in enumerate(c.ins):
+        for j, o in enumerate(c.outs):
+            for d in (0, 1):
+                if d < len(t.shape) and d < len(o.shape) and t.shape[d] == o.shape[d] and t.shape[d] > 1:
+                    links.append(DimLink(i, d, j, d))
+    return links
+
+
+def _embedding_links(c: OpCtx) -> list[DimLink]:
+    w, idx = c.ins[0].shape, c.ins[1].shape
+    links = [DimLink(1, d, 0, d) for d in range(len(idx)) if idx[d] > 1]
+    links.append(DimLink(0, 1, 0, len(idx)))
+    return links
+
+
+def _embedding_bwd_links(c: OpCtx) -> list[DimLink]:
+    g, idx = c.ins[0].shape, c.ins[1].shape
+    links = []
+    for d in range(len(idx)):
+        if idx[d] > 1:
+            links += [DimLink(0, d, 0, -(d + 1)), DimLink(1, d, 0, -(d + 1))]
+    links.append(DimLink(0, len(g) - 1, 0, 1))
+    return links
+
+
+def _nll_links(c: OpCtx) -> list[DimLink]:
+    reduction = c.arg(3, 1)
+    x = c.ins[0].shape
+    if reduction == 0:
+        return [DimLink(0, 0, 0, 0), DimLink(1, 0, 0, 0)]
+    if reduction == 2 and len(x) == 2:
+        return [DimLink(0, 0, 0, -1), DimLink(1, 0, 0, -1)]
+    return []  # mean: partial means do not add up
+
+
+def _nll_bwd_links(c: OpCtx) -> list[DimLink]:
+    # grad_out, self[N,C], target[N] ... -> grad_self[N,C]
+    ix = c.in_index(1)
+    it = c.in_index(2)
+    links = []
+    if ix is not None:
+        links += [DimLink(ix, d, 0, d) for d in range(len(c.ins[ix].shape)) if c.ins[ix].shape[d] > 1]
+    if it is not None and c.ins[it].shape and c.ins[it].shape[0] > 1:
+        links.append(DimLink(it, 0, 0, 0))
+    return links
+
+
+def _like_links(c: OpCtx) -> list[DimLink]:
+    return _identity(c)
+
+
+# ---- the table ---------------------------------------------------------------------------------
+A = "aten."
+register([A + "mm.default"], "matmul", _mm_flops, _mm)
+register([A + "addmm.default"], "matmul", lambda c: _mm_flops(c) + c.outs[0].numel, _addmm)
+register([A + "bmm.default"], "matmul", _bmm_flops, _bmm)
+register([A + "baddbmm.default"], "matmul", lambda c: _bmm_flops(c) + c.outs[0].numel,
+         lambda c: broadcast_links(c, 0, [0]) + [DimLink(lk.input + 1, lk.in_dim, 0, lk.out_dim)
+                                                 for lk in _bmm(c)])
+register([A + "convolution.default"], "conv", _conv_flops, _conv_links)
+register([A + "convolution_backward.default"], "conv", _conv_bwd_flops, _conv_bwd_links)
+
+for _v in ["view.default", "_unsafe_view.default", "reshape.default", "squeeze.dim", "squeeze.dims",
+           "squeeze.default", "view_as.default", "flatten.using_ints"]:
+    register(A + _v, "view", _zero, _view)
+register([A + "permute.default"], "view", _zero, _permute)
+register([A + "t.default", A + "transpose.int"], "view", _zero, _transpose)
+register([A + "expand.default"], "view", _zero, _expand)
+register([A + "unsqueeze.default"], "view", _zero, _unsqueeze)
+register([A + "slice.Tensor"], "view", _zero, _slice)
+register([A + "select.int"], "view", _zero, _select)
+register([A + "split.Tensor", A + "split_with_sizes.default", A + "unbind.int", A + "chunk.default"],
+         "view", _zero, _split)
+register([A + "alias.default", A + "detach.default", A + "lift_fresh_copy.default"], "view", _zero,
+         _identity)
+register([A + "clone.default", A + "contiguous.default", A + "_to_copy.default", A + "copy.default"],
+         "copy", _zero, _identity)
+register([A + "cat.default"], "copy", _zero, _cat)
+register([A + "ones_like.default", A + "zeros_like.default", A + "full_like.default",
+          A + "empty_like.default", A + "new_zeros.default", A + "new_ones.default",
+          A + "new_empty.default"], "creation", _zero, _like_links)
+register([A + "full.default", A + "zeros.default", A + "ones.default", A + "empty.memory_format",
+          A + "scalar_tensor.default", A + "arange.start", A + "arange.default", A + "arange.start_step",
+          A + "empty_strided.default"], "creation", _zero, lambda c: [])
+
+register([A + "sum.dim_IntList"], "reduce", _in_numel, lambda c: _reduce_links(c, True))
+register([A + "sum.default"], "reduce", _in_numel, _sum_all_links)
+register([A + "mean.dim", A + "amax.default", A + "amin.default", A + "var.correction",
+          A + "max.dim", A + "min.dim", A + "argmax.default", A + "any.dim", A + "all.dim"],
+         "reduce", _in_numel, lambda c: _reduce_links(c, False))
+register([A + "mean.default"], "reduce", _in_numel, lambda c: [])
+
+register([A + "_softmax.default", A + "_log_softmax.default"], "softmax", _times(5, _out_numel),
+         _softmax_links)
+register([A + "_softmax_backward_data.default", A + "_log_softmax_backward_data.default"], "softmax",
+         _times(4, _out_numel), _softmax_links)
+register([A + "native_layer_norm.default"], "norm", _times(8, _in_numel), _layer_norm_links)
+register([A + "native_layer_norm_backward.default"], "norm", _times(12, _in_numel),
+         _layer_norm_bwd_links)
+register([A + "_native_batch_norm_legit_functional.default", A + "native_batch_norm.default",
+          A + "_native_batch_norm_legit.default", A + "_native_batch_norm_legit_no_training.default"],
+         "norm", _times(8, _in_numel), _channel_links)
+register([A + "native_batch_norm_backward.default"], "norm", _times(12, _in_numel), _channel_links)
+register([A + "max_pool2d_with_indices.default", A + "avg_pool2d.default",
+          A + "_adaptive_avg_pool2d.default", A + "max_pool2d_with_indices_backward.default",
+          A + "avg_pool2d_backward.default", A + "_adaptive_avg_pool2d_backward.default",
+          A + "upsample_nearest2d.vec", A + "upsample_bilinear2d.vec"],
+         "pool", _times(2, _out_numel), _pool_links)
+register([A + "embedding.default"], "embedding", _zero, _embedding_links)
+register([A + "embedding_dense_backward.default"], "embedding", _in_numel, _embedding_bwd_links)
+register([A + "nll_loss_forward.default"], "loss", _in_numel, _nll_links)
+register([A + "nll_loss_backward.default"], "loss", _out_numel, _nll_bwd_links)
+register([A + "native_dropout.default"], "elementwise", _times(2, _out_numel), _pointwise)
+register([A + "where.self", A + "masked_fill.Scalar", A + "masked_fill.Tensor", A + "clamp.default",
+          A + "clamp_min.default", A + "clamp_max.default", A + "threshold_backward.default",
+          A + "gelu_backward.default", A + "tanh_backward.default", A + "sigmoid_backward.default",
+          A + "silu_backward.default", A + "hardtanh_backward.default", A + "fill.Scalar",
+          A + "pow.Tensor_Scalar", A + "pow.Tensor_Tensor", A + "rsub.Scalar", A + "lerp.Scalar",
+          A + "logical_not.default", A + "bitwise_not.default", A + "reciprocal.default",
+          A + "minimum.default", A + "maximum.default"],
+         "elementwise", _out_numel, _pointwise)
+
+_POINTWISE_FLOPS: dict[str, float] = {"gelu": 8, "tanh": 4, "exp": 4, "log": 4, "sigmoid": 4, "silu": 5,
+                                      "erf": 6, "sin": 4, "cos": 4, "rsqrt": 2, "sqrt": 2}
+
+
+@cache
+def _pointwise_tag(op: str) -> bool:
+    """Whether torch tags ``op`` as pointwise (elementwise with broadcasting)."""
+    parts = op.split(".")
+    if len(parts) != 3 or parts[0] != "aten":
+        return False
+    try:
+        import torch
+
+        overload = getattr(getattr(torch.ops.aten, parts[1]), parts[2])
+        return torch.Tag.pointwise in overload.tags
+    except (AttributeError, RuntimeError, ImportError):
+        return False
+
+
+def get(op: str) -> OpDef | None:
+    """The registry entry for ``op`` (pointwise ops are recognised from torch's tags)."""
+    d = _REGISTRY.get(op)
+    if d is None and _pointwise_tag(op):
+        base = op.split(".")[1]
+        k = _POINTWISE_FLOPS.get(base, 1.0)
+        d = OpDef(op, "elementwise", _times(k, _out_numel), _pointwise)
+        _REGISTRY[op] = d
+    return d
+
+
+def known(op: str) -> bool:
+    return get(op) is not None
+
+
+def ctx(node: Node, tensor_of: Callable[[TRef], TensorMeta]) -> OpCtx:
+    return OpCtx(node, [tensor_of(r) for r in node.inputs()], node.outputs)
+
+
+def flops(c: OpCtx) -> float:
+    d = get(c.node.op)
+    if d is None:
+        return float(sum(t.numel for t in c.outs))
+    try:
+        return float(d.flops(c))
+    except (IndexError, TypeError, ValueError, ZeroDivisionError):
+        return float(sum(t.numel for t in c.outs))
+
+
+def bytes_moved(c: OpCtx) -> float:
+    """Bytes read plus written; views move nothing."""
+    d = get(c.node.op)
+    if d is not None and d.category in ("view", "creation") and d.name not in (
+            "aten.full.default", "aten.zeros.default", "aten.ones.default"):
+        written = sum(t.nbytes for t in c.outs)
+        return float(written)
+    return float(sum(t.logical_bytes for t in c.ins) + sum(t.logical_bytes for t in c.outs))
+
+
+def dim_links(c: OpCtx) -> list[DimLink] | None:
+    """The D-Graph edges contributed by this op, or None if the op's dims are unknown."""
+    d = get(c.node.op)
+    if d is None or d.dim_links is None:
+        return None
+    try:
+        links = d.dim_links(c)
+    except (IndexError, TypeError, ValueError, KeyError):
+        return None
+    return [lk for lk in links if lk.input < len(c.ins) and lk.in_dim < len(c.ins[lk.input].shape)
+            and lk.output < len(c.outs) and lk.out_dim < len(c.outs[lk.output].shape)]
+
+
+# Ops whose outputs share their input's storage in eager PyTorch although the schema carries no
+# alias annotation (measured: aten._unsafe_view returns a view of its input).
+_EXTRA_ALIASES: dict[str, list[int | None]] = {"aten._unsafe_view.default": [0]}
+
+
+@cache
+def output_aliases(op: str, n_outputs: int) -> tuple[int | None, ...]:
+    """For each output, the positional argument index whose storage it shares (None: fresh)."""
+    if op in _EXTRA_ALIASES:
+        return tuple((_EXTRA_ALIASES[op] + [None] * n_outputs)[:n_outputs])
+    parts = op.split(".")
+    try:
+        import torch
+
+        schema = getattr(getattr(torch.ops.aten, parts[1]), parts[2])._schema
+    except (AttributeError, RuntimeError, IndexError, ImportError):
+        return (None,) * n_outputs
+    sets = {}
+    for i, a in enumerate(schema.arguments):
+        if a.alias_info is not None:
+            for s in a.alias_info.before_set:
+                sets[s] = i
+    res: list[int | None] = []
+    rets = schema.returns
+    for j in range(n_outputs):
+        r = rets[min(j, len(rets) - 1)] if rets else None
+        src = None
+        if r is not None and r.alias_info is not None:
+            for s in r.alias_info.before_set:
+                if s in sets:
+                    src = sets[s]
+            if src is None and len(rets) == 1 and str(r.type).endswith("[]"):
+                src = next(iter(sets.values()), None)
+        res.append(src)
+    return tuple(res)
+
+
+def emit(op: str) -> str:
+    """The Python expression the code generator calls for ``op`` (``aten`` = ``torch.ops.aten``)."""
+    return op
