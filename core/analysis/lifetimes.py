@@ -73,8 +73,15 @@ def check_schedule(g: Graph, order: Sequence[int]) -> None:
 
 
 def memory_profile(g: Graph, order: Sequence[int], count_resident: bool = True,
-                   validate: bool = True) -> MemoryProfile:
-    """Per-step live bytes of schedule ``order`` (a list of op node ids)."""
+                   validate: bool = True, free_inputs: bool = False,
+                   count_weights: bool = True) -> MemoryProfile:
+    """Per-step live bytes of schedule ``order`` (a list of op node ids).
+
+    Defaults model a training step run by a caller that holds its inputs and weights for the whole
+    step.  ``free_inputs=True`` frees graph inputs after their last use and ``count_weights=False``
+    leaves weights out -- the memory model of HMCOS (notes/hmcos.md) for inference graphs.
+    ``count_resident=False`` leaves out everything a placeholder owns.
+    """
     if validate:
         check_schedule(g, order)
     order = list(order)
@@ -102,6 +109,9 @@ def memory_profile(g: Graph, order: Sequence[int], count_resident: bool = True,
                 free[root] = i
     for r in g.outputs.values():
         free[g.storage_root(r)] = last
+    for ref in alloc:  # placeholders: last use over their views, for free_inputs
+        if alloc[ref] < 0:
+            free[ref] = max([free.get(ref, -1)] + [pos[u] for u in g.users(ref.node)])
     storages: list[Storage] = []
     resident = 0
     for ref, a in alloc.items():
@@ -109,6 +119,11 @@ def memory_profile(g: Graph, order: Sequence[int], count_resident: bool = True,
         if t.device != "device":
             continue
         if a < 0:  # placeholder: resident for the whole step
+            if t.kind == TensorKind.INPUT and free_inputs:
+                storages.append(Storage(ref, t.nbytes, t.kind.value, 0, free.get(ref, -1)))
+                continue
+            if t.kind != TensorKind.INPUT and not count_weights:
+                continue
             storages.append(Storage(ref, t.nbytes, t.kind.value, -1, last))
             resident += t.nbytes
         else:
@@ -132,5 +147,5 @@ def memory_profile(g: Graph, order: Sequence[int], count_resident: bool = True,
                          peak_steps)
 
 
-def peak_bytes(g: Graph, order: Sequence[int], count_resident: bool = True) -> int:
-    return memory_profile(g, order, count_resident).peak
+def peak_bytes(g: Graph, order: Sequence[int], **kwargs) -> int:
+    return memory_profile(g, order, **kwargs).peak

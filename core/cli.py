@@ -1,0 +1,195 @@
+"""``magis`` command line.
+
+    magis import SPEC -o FILE [--forward] [--sgd LR]   capture a sample or path/to/file.py:factory
+    magis info FILE [--device NAME] [--json]           nodes, weights, baseline peak, latency, hot-spots
+    magis schedule FILE --method NAME [--json]         peak bytes of a scheduler's order and its run time
+    magis export FILE [--schedule NAME] -o script.py   runnable PyTorch script of a graph + schedule
+    magis verify SPEC [--schedule NAME]                eager PyTorch vs exported script: errors and peaks
+    magis app [FILE] [--sample NAME] [--port N]        the web app (127.0.0.1 by default)
+
+Errors a user can cause print as one line on stderr (exit status 2), never a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+
+
+class UserError(Exception):
+    """An error caused by the user's input: printed as one line."""
+
+
+def _fmt_bytes(b: float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(b) < 1024 or unit == "TiB":
+            return f"{b:.1f} {unit}" if unit != "B" else f"{int(b)} B"
+        b /= 1024
+    return f"{b:.1f} TiB"
+
+
+def load_graph(path: str):
+    """A graph file, or a sample name (its committed graph file)."""
+    from .ir import io
+
+    if not Path(path).exists():
+        import sample_graphs
+
+        if path in sample_graphs.NAMES:
+            from sample_graphs.store import load_sample_graph
+
+            return load_sample_graph(path)
+    return io.load(path)
+
+
+def cmd_import(a: argparse.Namespace) -> dict[str, Any]:
+    from .frontend.torch_import import capture_spec
+    from .ir import io
+
+    t0 = time.perf_counter()
+    print(f"capturing {a.spec} ({'forward' if a.forward else 'training'}) ...", file=sys.stderr)
+    g = capture_spec(a.spec, training=not a.forward, sgd_lr=a.sgd)
+    io.save(g, a.output)
+    res = {"output": str(a.output), "nodes": len(g), "seconds": round(time.perf_counter() - t0, 2)}
+    print(json.dumps(res) if a.json else f"wrote {a.output}: {len(g)} nodes in {res['seconds']} s")
+    return res
+
+
+def cmd_info(a: argparse.Namespace) -> dict[str, Any]:
+    from .analysis.info import graph_info
+
+    g = load_graph(a.file)
+    info = graph_info(g, device=a.device, top=a.top)
+    if a.json:
+        print(json.dumps(info, indent=1))
+    else:
+        print(f"{info['name']}: {info['nodes']} ops ({info['mode']}), device {info['device']}")
+        print(f"  weights          {_fmt_bytes(info['weight_bytes'])}")
+        print(f"  baseline peak    {_fmt_bytes(info['baseline_peak_bytes'])}  (traced order, free after last use)")
+        print(f"  est. latency     {info['latency_seconds'] * 1e3:.2f} ms")
+        print("  top hot-spots:")
+        for h in info["hotspots"]:
+            print(f"    {_fmt_bytes(h['bytes']):>12}  {h['kind']:<10} {h['name']}  {h['shape']}  [{h['module']}]")
+        if info["ops_without_dim_links"]:
+            print(f"  ops without dim links (block fission): {', '.join(info['ops_without_dim_links'])}")
+    return info
+
+
+def cmd_schedule(a: argparse.Namespace) -> dict[str, Any]:
+    from .schedule import get_scheduler
+
+    g = load_graph(a.file)
+    kwargs = {"time_budget": a.time_budget} if a.time_budget is not None else {}
+    try:
+        sched = get_scheduler(a.method, **kwargs)
+    except TypeError:
+        sched = get_scheduler(a.method)
+    s = sched.run(g)
+    res = {"graph": g.name, "method": a.method, "peak_bytes": s.peak, "seconds": round(s.seconds, 4),
+           **{k: v for k, v in s.info.items() if isinstance(v, (int, float, str, bool))}}
+    print(json.dumps(res) if a.json else
+          f"{a.method}: peak {_fmt_bytes(s.peak)} ({s.peak} B), scheduled in {s.seconds:.3f} s")
+    return res
+
+
+def cmd_export(a: argparse.Namespace) -> dict[str, Any]:
+    from .codegen import export_script
+    from .schedule import get_scheduler
+
+    g = load_graph(a.file)
+    s = get_scheduler(a.schedule).run(g)
+    path = export_script(g, s.order, a.output, schedule_name=a.schedule)
+    res = {"output": str(path), "bytes": Path(path).stat().st_size, "ops": len(s.order),
+           "simulated_peak_bytes": s.peak}
+    print(json.dumps(res) if a.json else f"wrote {path} ({res['bytes']} bytes, {len(s.order)} ops)")
+    return res
+
+
+def cmd_verify(a: argparse.Namespace) -> dict[str, Any]:
+    from .codegen.verify import verify_spec
+
+    res = verify_spec(a.spec, schedule=a.schedule, seed=a.seed)
+    print(json.dumps(res, indent=1))
+    return res
+
+
+def cmd_app(a: argparse.Namespace) -> None:
+    from app.main import serve
+
+    serve(graph_file=a.file, sample=a.sample, host=a.host, port=a.port, debug=a.debug)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="magis", description="MAGIS Studio: memory optimizer for PyTorch graphs")
+    sub = p.add_subparsers(dest="cmd", required=True)
+
+    s = sub.add_parser("import", help="capture a PyTorch model as a graph file")
+    s.add_argument("spec", help="a sample name or path/to/file.py:factory")
+    s.add_argument("-o", "--output", required=True, type=Path)
+    s.add_argument("--forward", action="store_true", help="forward pass only (default: training step)")
+    s.add_argument("--sgd", type=float, default=None, metavar="LR", help="append an SGD update")
+    s.add_argument("--json", action="store_true")
+    s.set_defaults(fn=cmd_import)
+
+    s = sub.add_parser("info", help="summary of a graph file")
+    s.add_argument("file")
+    s.add_argument("--device", default="rtx3090")
+    s.add_argument("--top", type=int, default=5, help="hot-spots to list")
+    s.add_argument("--json", action="store_true")
+    s.set_defaults(fn=cmd_info)
+
+    s = sub.add_parser("schedule", help="run a scheduler on a graph file")
+    s.add_argument("file")
+    s.add_argument("--method", default="traced")
+    s.add_argument("--time-budget", type=float, default=None)
+    s.add_argument("--json", action="store_true")
+    s.set_defaults(fn=cmd_schedule)
+
+    s = sub.add_parser("export", help="write a runnable PyTorch script for a graph + schedule")
+    s.add_argument("file")
+    s.add_argument("--schedule", default="traced")
+    s.add_argument("-o", "--output", required=True, type=Path)
+    s.add_argument("--json", action="store_true")
+    s.set_defaults(fn=cmd_export)
+
+    s = sub.add_parser("verify", help="compare eager PyTorch with the exported script")
+    s.add_argument("spec")
+    s.add_argument("--schedule", default="traced")
+    s.add_argument("--seed", type=int, default=0)
+    s.set_defaults(fn=cmd_verify)
+
+    s = sub.add_parser("app", help="launch the web app")
+    s.add_argument("file", nargs="?", default=None)
+    s.add_argument("--sample", default=None)
+    s.add_argument("--host", default="127.0.0.1")
+    s.add_argument("--port", type=int, default=8050)
+    s.add_argument("--debug", action="store_true")
+    s.set_defaults(fn=cmd_app)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    from .ir.graph import GraphError
+
+    args = build_parser().parse_args(argv)
+    try:
+        args.fn(args)
+    except (UserError, GraphError, ValueError, FileNotFoundError, PermissionError) as e:
+        print(f"magis: error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("magis: interrupted", file=sys.stderr)
+        return 130
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
