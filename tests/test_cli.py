@@ -1,0 +1,88 @@
+"""CLI: bad files give one clear error line and no traceback; info reports what it should."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from core.ir import io
+from core.ir.builder import GraphBuilder
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def magis(*args: str) -> subprocess.CompletedProcess:
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    return subprocess.run([sys.executable, "-m", "core.cli", *args], capture_output=True, text=True,
+                          cwd=ROOT, env=env, timeout=120)
+
+
+def _good_graph_dict() -> dict:
+    b = GraphBuilder("tiny")
+    x = b.input("x", 16)
+    a = b.op("A", [x], 32)
+    b.op("B", [a], 8, output=True)
+    return io.graph_to_dict(b.graph)
+
+
+def _write(tmp_path: Path, name: str, data: bytes) -> str:
+    p = tmp_path / name
+    p.write_bytes(data)
+    return str(p)
+
+
+@pytest.fixture
+def bad_files(tmp_path):
+    good = _good_graph_dict()
+    raw = json.dumps(good).encode()
+    cyc = json.loads(raw)
+    cyc["nodes"][1]["args"] = [{"$t": [2, 0]}]  # A reads B, B reads A
+    noshape = json.loads(raw)
+    del noshape["nodes"][1]["outputs"][0]["shape"]
+    badver = json.loads(raw)
+    badver["version"] = 7
+    return {
+        "truncated": (_write(tmp_path, "t.json", raw[: len(raw) // 2]), "not valid JSON"),
+        "cycle": (_write(tmp_path, "c.json", json.dumps(cyc).encode()), "cycle"),
+        "missing shape": (_write(tmp_path, "s.json.gz", gzip.compress(json.dumps(noshape).encode())),
+                          "has no shape"),
+        "unknown version": (_write(tmp_path, "v.json", json.dumps(badver).encode()),
+                            "unsupported graph schema version 7"),
+        "missing file": (str(tmp_path / "nope.json"), "no such file"),
+    }
+
+
+@pytest.mark.parametrize("case", ["truncated", "cycle", "missing shape", "unknown version", "missing file"])
+def test_bad_file_is_one_clear_line(bad_files, case):
+    path, message = bad_files[case]
+    r = magis("info", path)
+    assert r.returncode == 2
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1, r.stderr
+    assert lines[0].startswith("magis: error: ") and message in lines[0]
+    assert "Traceback" not in r.stderr and r.stdout == ""
+
+
+def test_info_json_on_a_small_graph(tmp_path):
+    path = tmp_path / "g.json.gz"
+    path.write_bytes(gzip.compress(json.dumps(_good_graph_dict()).encode()))
+    r = magis("info", str(path), "--json")
+    assert r.returncode == 0, r.stderr
+    info = json.loads(r.stdout)
+    # x(16) resident; A: 16+32; B: 16+32+8 = 56
+    assert info["baseline_peak_bytes"] == 56
+    assert info["nodes"] == 2
+    assert info["ops_without_dim_links"] == ["synthetic"]
+    assert info["latency_seconds"] > 0
+
+
+def test_unknown_sample_is_a_clear_error(tmp_path):
+    r = magis("import", "no_such_model", "-o", str(tmp_path / "x.json.gz"))
+    assert r.returncode == 2 and "unknown sample" in r.stderr and "Traceback" not in r.stderr
+    assert not (tmp_path / "x.json.gz").exists()
