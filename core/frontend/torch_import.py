@@ -68,6 +68,20 @@ def _meta_of(val: Any, kind: TensorKind) -> TensorMeta:
     return TensorMeta(shape, _dtype_name(val.dtype), kind)
 
 
+MAX_CONSTANT_ELEMENTS = 65536
+
+
+def _constant_value(t: torch.Tensor, name: str) -> Any:
+    """The value of a constant tensor as nested lists (the graph file embeds it)."""
+    from torch._subclasses.fake_tensor import is_fake
+
+    if is_fake(t) or t.device.type == "meta":
+        raise ImportErrorMAGIS(f"constant tensor {name} was created under fake tensors; its value is unknown")
+    if t.numel() > MAX_CONSTANT_ELEMENTS:
+        raise ImportErrorMAGIS(f"constant tensor {name} has {t.numel()} elements; register it as a buffer")
+    return t.detach().cpu().tolist()
+
+
 class _TrainStep(nn.Module):
     def __init__(self, model: nn.Module, loss_fn: Callable[..., torch.Tensor]) -> None:
         super().__init__()
@@ -199,6 +213,12 @@ def _convert(gm: torch.fx.GraphModule, sig: Any, training: bool, name: str,
                         outs[j].alias = a[0]
             node = g.add_node(name=n.name, op=op, args=args, kwargs=kwargs, outputs=outs)
             env[n.name] = tuple(node.refs()) if multi else TRef(node.id, 0)
+        elif n.op == "get_attr":  # a constant tensor created by the model code (e.g. a mask fill value)
+            value = getattr(gm, n.target)
+            node = g.add_node(name=n.name, op="placeholder", kind=NodeKind.PLACEHOLDER,
+                              outputs=[_meta_of(value, TensorKind.WEIGHT)], target=f"const:{n.name}",
+                              kwargs={"value": _constant_value(value, n.name)})
+            env[n.name] = TRef(node.id, 0)
         elif n.op == "output":
             out_node = n
         else:
