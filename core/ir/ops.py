@@ -482,6 +482,72 @@ register([A + "where.self", A + "masked_fill.Scalar", A + "masked_fill.Tensor", 
           A + "minimum.default", A + "maximum.default"],
          "elementwise", _out_numel, _pointwise)
 
+def _mse_links(c: OpCtx) -> list[DimLink]:
+    reduction = c.arg(2, 1)
+    if reduction == 0:
+        return _pointwise(c)
+    if reduction == 2:
+        return [DimLink(i, d, 0, -(d + 1)) for i in (0, 1) for d in range(len(c.ins[i].shape))
+                if c.ins[i].shape[d] > 1]
+    return []
+
+
+def _nll2d_bwd_links(c: OpCtx) -> list[DimLink]:
+    ix, it = c.in_index(1), c.in_index(2)
+    links = []
+    if ix is not None:
+        links += [DimLink(ix, d, 0, d) for d in range(len(c.ins[ix].shape)) if c.ins[ix].shape[d] > 1]
+    if it is not None:  # target [N, H, W] -> grad [N, C, H, W]
+        links += [DimLink(it, d, 0, d if d == 0 else d + 1) for d in range(len(c.ins[it].shape))
+                  if c.ins[it].shape[d] > 1]
+    return links
+
+
+def _nll2d_links(c: OpCtx) -> list[DimLink]:
+    if c.arg(3, 1) == 0:  # reduction none: [N, C, H, W] -> [N, H, W]
+        return [DimLink(0, 0, 0, 0), DimLink(1, 0, 0, 0)] + [
+            DimLink(i, d + (1 if i == 0 else 0), 0, d) for i in (0, 1) for d in (1, 2)]
+    return []
+
+
+def _gather_links(c: OpCtx) -> list[DimLink]:
+    r = len(c.outs[0].shape)
+    d = norm_dim(c.arg(1), r)
+    ii = c.in_index(2)
+    links = []
+    for k in range(r):
+        if k == d or c.outs[0].shape[k] <= 1:
+            continue
+        if ii is not None:
+            links.append(DimLink(ii, k, 0, k))
+        if c.ins[0].shape[k] == c.outs[0].shape[k]:
+            links.append(DimLink(0, k, 0, k))
+    return links
+
+
+def _slice_bwd_links(c: OpCtx) -> list[DimLink]:
+    r = len(c.outs[0].shape)
+    d = norm_dim(c.arg(2), r)
+    return [DimLink(0, k, 0, k) for k in range(r) if k != d and c.outs[0].shape[k] > 1]
+
+
+def _select_bwd_links(c: OpCtx) -> list[DimLink]:
+    r = len(c.outs[0].shape)
+    d = norm_dim(c.arg(2), r)
+    return [DimLink(0, k, 0, k if k < d else k + 1) for k in range(r - 1) if c.ins[0].shape[k] > 1]
+
+
+register([A + "mse_loss.default"], "loss", _times(3, _in_numel), _mse_links)
+register([A + "mse_loss_backward.default"], "loss", _times(3, _out_numel),
+         lambda c: broadcast_links(c, 0, [i for i in range(len(c.ins)) if c.ins[i].shape]))
+register([A + "nll_loss2d_forward.default"], "loss", _in_numel, _nll2d_links)
+register([A + "nll_loss2d_backward.default"], "loss", _out_numel, _nll2d_bwd_links)
+register([A + "gather.default"], "index", _out_numel, _gather_links)
+register([A + "slice_backward.default"], "copy", _zero, _slice_bwd_links)
+register([A + "select_backward.default"], "copy", _zero, _select_bwd_links)
+register([A + "_assert_tensor_metadata.default"], "check", _zero, lambda c: [])
+
+
 _POINTWISE_FLOPS: dict[str, float] = {"gelu": 8, "tanh": 4, "exp": 4, "log": 4, "sigmoid": 4, "silu": 5,
                                       "erf": 6, "sin": 4, "cos": 4, "rsqrt": 2, "sqrt": 2}
 

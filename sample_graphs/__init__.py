@@ -1,0 +1,70 @@
+"""Sample workloads for MAGIS Studio: model definitions, example inputs and losses (no weights).
+
+``build(name)`` returns a :class:`Sample`:
+
+* ``module`` - the ``nn.Module`` (random init, dropout 0, ``train()`` mode);
+* ``inputs`` - example inputs, the positional arguments of ``loss_fn`` / ``forward_fn``
+  (``input_0, input_1, ...``); labels/targets needed by the loss are inputs too, e.g.
+  ``(pixels, labels)`` or ``(input_ids, labels)``, and integer inputs are in a valid range;
+* ``loss_fn(module, *inputs)`` - a scalar loss; the training graph is forward + this loss;
+* ``forward_fn(module, *inputs)`` - the forward output (label inputs are ignored);
+* ``dtype``, a one-line ``description`` and ``full_size`` (True for the paper-size workloads).
+
+``NAMES`` lists every sample: the MAGIS paper's evaluation set at paper sizes (``resnet50``,
+``bert_base``, ``vit_base``, ``unet``, ``unetpp``, ``gpt_neo_1_3b``, ``btlm_3b``), a small float32
+variant of each (``*_tiny``) and two toy graphs after the paper's figures (``fig2_skip``,
+``fig6_ftree``). ``build`` seeds torch with 0, so it is deterministic, and it only uses ordinary
+constructors and ``torch.randn``/``randint``: called inside
+``torch._subclasses.fake_tensor.FakeTensorMode()`` it allocates nothing, which is how the
+multi-billion-parameter models should be built::
+
+    with FakeTensorMode():
+        s = sample_graphs.build("btlm_3b")
+    loss = s.loss_fn(s.module, *s.inputs)  # shape propagation only
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable
+
+import torch
+
+from .sample import Sample
+
+__all__ = ["NAMES", "Sample", "build"]
+
+# name -> (builder module, builder function, small variant?); builders are called as fn(name, small)
+_REGISTRY: dict[str, tuple[str, str, bool]] = {
+    "resnet50": ("resnet", "build_resnet", False),
+    "resnet50_tiny": ("resnet", "build_resnet", True),
+    "bert_base": ("transformers_models", "build_bert", False),
+    "bert_tiny": ("transformers_models", "build_bert", True),
+    "vit_base": ("transformers_models", "build_vit", False),
+    "vit_tiny": ("transformers_models", "build_vit", True),
+    "unet": ("unet", "build_unet", False),
+    "unet_tiny": ("unet", "build_unet", True),
+    "unetpp": ("unetpp", "build_unetpp", False),
+    "unetpp_tiny": ("unetpp", "build_unetpp", True),
+    "gpt_neo_1_3b": ("transformers_models", "build_gpt_neo", False),
+    "gpt_neo_tiny": ("transformers_models", "build_gpt_neo", True),
+    "btlm_3b": ("transformers_models", "build_btlm", False),
+    "btlm_tiny": ("transformers_models", "build_btlm", True),
+    "fig2_skip": ("toy", "build_fig2", True),
+    "fig6_ftree": ("toy", "build_fig6", True),
+}
+
+NAMES: list[str] = sorted(_REGISTRY)
+
+
+def build(name: str, device: str | torch.device = "cpu") -> Sample:
+    """Build sample ``name`` on ``device`` (seeded, so deterministic); ValueError for unknown names."""
+    if name not in _REGISTRY:
+        raise ValueError(f"unknown sample {name!r}; valid names: {', '.join(NAMES)}")
+    module_name, fn_name, tiny = _REGISTRY[name]
+    # builders are imported lazily: ``import sample_graphs`` stays cheap (no transformers import)
+    builder: Callable[[str, bool], Sample] = getattr(importlib.import_module(f"{__name__}.{module_name}"), fn_name)
+    torch.manual_seed(0)
+    # parameters, buffers and inputs are created on ``device`` directly (no ``.to()`` copies)
+    with torch.device(device):
+        return builder(name, tiny)
