@@ -40,7 +40,7 @@ test: install-test browser
 	$(BIN)/python -m pytest -q
 
 bench: install
-	$(BIN)/python bench/workloads.py
+	$(BIN)/python bench/workloads.py --all-devices
 
 graphs: install
 	$(BIN)/python -m sample_graphs.generate
