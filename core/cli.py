@@ -67,7 +67,15 @@ def cmd_info(a: argparse.Namespace) -> dict[str, Any]:
     from .analysis.info import graph_info
 
     g = load_graph(a.file)
-    info = graph_info(g, device=a.device, top=a.top)
+    cost = None
+    if a.measured:
+        from .cost.measured import MeasuredCost
+
+        print("timing ops on this machine (cached for later runs) ...", file=sys.stderr)
+        cost = MeasuredCost()
+    info = graph_info(g, device=a.device, top=a.top, cost=cost)
+    if cost is not None:
+        cost.save()
     if a.json:
         print(json.dumps(info, indent=1))
     else:
@@ -143,6 +151,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("file")
     s.add_argument("--device", default="rtx3090")
     s.add_argument("--top", type=int, default=5, help="hot-spots to list")
+    s.add_argument("--measured", action="store_true",
+                   help="latency from timing each op on this machine (CPU or CUDA), cached on disk")
     s.add_argument("--json", action="store_true")
     s.set_defaults(fn=cmd_info)
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..cost.model import AnalyticCost
+from ..cost.model import AnalyticCost, CostModel
 from ..ir import ops
 from ..ir.graph import Graph, NodeKind
 from ..schedule.baselines import TracedOrder
@@ -19,9 +19,11 @@ def ops_without_dim_links(g: Graph) -> list[str]:
     return sorted(missing)
 
 
-def graph_info(g: Graph, device: str = "rtx3090", top: int = 5) -> dict[str, Any]:
+def graph_info(g: Graph, device: str = "rtx3090", top: int = 5, cost: CostModel | None = None) -> dict[str, Any]:
+    """Summary of ``g`` under its traced order; latency from ``cost`` (default: the analytic model
+    of ``device``)."""
     order = TracedOrder().order(g)
-    sim = simulate(g, order, AnalyticCost(device))
+    sim = simulate(g, order, cost or AnalyticCost(device))
     hot = sim.hotspots()
     def row(s):
         node = g[s.root.node]
@@ -33,7 +35,7 @@ def graph_info(g: Graph, device: str = "rtx3090", top: int = 5) -> dict[str, Any
     return {
         "name": g.name,
         "mode": g.meta.get("mode", "unknown"),
-        "device": device,
+        "device": "measured:" + cost.torch_device if hasattr(cost, "torch_device") else device,
         "nodes": len(order),
         "placeholders": len(g.placeholders()),
         "weight_bytes": g.weight_bytes(),
