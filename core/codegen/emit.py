@@ -1,0 +1,369 @@
+"""Graph + schedule -> the source of a standalone PyTorch script (the model: ``torch.fx``'s Python
+code generation, one statement per node, plus explicit ``del`` for memory).
+
+The script's ``_step`` body runs the ops in schedule order, one line per op, each line a direct call
+of the aten overload the node records (``v = aten.mm.default(a, b)  # module.path``); names are
+deleted right after their last use (:mod:`core.codegen.plan`) so every storage dies at the step
+where ``core.analysis.lifetimes`` frees it.  Nothing is ``exec``-ed at run time: the script is
+ordinary Python importing only torch, with the runtime support of :mod:`core.codegen.runtime`
+pasted in.  Each node kind has its own emitter (``EMITTERS``): aten ops and the Store/Load of a swap
+(MAGIS section 5.2) are generated; fission nodes (section 4.2) raise until their transformation lands.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import tempfile
+from collections.abc import Callable, Sequence
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+from ..ir import ops
+from ..ir.graph import Graph, GraphError, Node, NodeKind, TorchConst, TRef
+from .plan import ReleasePlan, input_key, input_kind, integer_ranges, release_plan, variable_names
+
+RUNTIME_MARKER = "# ==== RUNTIME BEGIN"
+
+
+class CodegenError(GraphError):
+    """The graph cannot be exported (an op without aten semantics, a bad schedule...)."""
+
+
+class FissionNotSupported(CodegenError, NotImplementedError):
+    """Fission nodes (MAGIS F-Trans, section 4.2) have no code generator yet."""
+
+
+def runtime_source() -> str:
+    """The runtime support pasted into every script (``runtime.py`` below its marker)."""
+    text = (Path(__file__).with_name("runtime.py")).read_text()
+    i = text.index(RUNTIME_MARKER)
+    return text[text.index("\n", i) + 1:].strip() + "\n"
+
+
+# ---- values -------------------------------------------------------------------------------------
+def fmt_value(v: Any, names: dict[TRef, str]) -> str:
+    """Python source of an op argument (tensors by name, torch constants as ``torch.*``)."""
+    if isinstance(v, TRef):
+        return names[v]
+    if isinstance(v, TorchConst):
+        return "device" if v.kind == "device" else f"torch.{v.value}"
+    if isinstance(v, bool) or v is None or isinstance(v, (int, str)):
+        return repr(v)
+    if isinstance(v, float):
+        if math.isnan(v):
+            return 'float("nan")'
+        if math.isinf(v):
+            return 'float("inf")' if v > 0 else '-float("inf")'
+        return repr(v)
+    if isinstance(v, list):
+        return "[" + ", ".join(fmt_value(x, names) for x in v) + "]"
+    if isinstance(v, tuple):
+        inner = ", ".join(fmt_value(x, names) for x in v)
+        return f"({inner},)" if len(v) == 1 else f"({inner})"
+    if isinstance(v, dict):
+        return "{" + ", ".join(f"{k!r}: {fmt_value(x, names)}" for k, x in v.items()) + "}"
+    raise CodegenError(f"cannot write an argument of type {type(v).__name__}: {v!r}")
+
+
+@cache
+def _schema_returns(op: str) -> tuple[int, bool] | None:
+    """(number of returns, returns a list) from the op's schema; None if torch does not know it."""
+    from ..ir.torch_bridge import resolve_op
+
+    try:
+        rets = resolve_op(op)._schema.returns
+    except (AttributeError, RuntimeError, ValueError):
+        return None
+    return len(rets), len(rets) == 1 and rets[0].type.kind() == "ListType"
+
+
+def callee(op: str) -> str:
+    """The expression calling ``op``: ``aten.mm.default`` (``aten = torch.ops.aten``) or
+    ``torch.ops.<ns>.<op>.<overload>`` for other namespaces."""
+    expr = ops.emit(op)
+    if expr.count(".") != 2 or not all(p.isidentifier() for p in expr.split(".")):
+        raise CodegenError(f"op {op!r} is not an aten-style operator (namespace.op.overload); "
+                           f"only graphs imported from PyTorch can be exported")
+    if _schema_returns(op) is None:
+        raise CodegenError(f"torch has no operator {op!r} (was the graph captured with another version?)")
+    return expr if expr.startswith("aten.") else f"torch.ops.{expr}"
+
+
+# ---- per-kind emitters ----------------------------------------------------------------------------
+class ScriptWriter:
+    """Writes the body of ``_step``: one line per scheduled node, then its ``del`` line."""
+
+    def __init__(self, g: Graph, order: Sequence[int]) -> None:
+        self.g = g
+        self.order = list(order)
+        self.names = variable_names(g, self.order)
+        self.plan: ReleasePlan = release_plan(g, self.order)
+        self.bound: set[TRef] = set()  # tensors bound to their own name
+        self.pending_loads: set[TRef] = set()
+        self.uses_swap = any(g[n].kind in (NodeKind.STORE, NodeKind.LOAD) for n in self.order)
+        self.underscore = False  # an unused output was bound to ``_`` by the current line
+
+    def _comment(self, node: Node, extra: str = "") -> str:
+        parts = [p for p in (extra, node.module) if p]
+        if node.recompute_of is not None and node.recompute_of in self.g.nodes:
+            parts.append(f"recompute of {self.g[node.recompute_of].name}")
+        return f"  # {' '.join(' | '.join(parts).split())}" if parts else ""
+
+    def _target(self, r: TRef) -> str:
+        if r in self.plan.used:
+            self.bound.add(r)
+            return self.names[r]
+        return "_"
+
+    def _args(self, node: Node) -> str:
+        parts = [fmt_value(a, self.names) for a in node.args]
+        parts += [f"{k}={fmt_value(v, self.names)}" for k, v in node.kwargs.items()]
+        return ", ".join(parts)
+
+    def emit_op(self, node: Node) -> list[str]:
+        call = f"{callee(node.op)}({self._args(node)})"
+        n_ret, is_list = _schema_returns(node.op)  # type: ignore[misc]
+        comment = self._comment(node)
+        if n_ret == 0:
+            if any(r in self.plan.used for r in node.refs()):
+                raise CodegenError(f"{node.name!r}: {node.op} returns nothing but its output is used")
+            return [f"{call}{comment}"]
+        if n_ret == 1 and not is_list:
+            if len(node.outputs) != 1:
+                raise CodegenError(f"{node.name!r}: {node.op} returns one tensor, graph says "
+                                   f"{len(node.outputs)}")
+            r = TRef(node.id, 0)
+            self.bound.add(r)
+            return [f"{self.names[r]} = {call}{comment}"]
+        targets = [self._target(r) for r in node.refs()]
+        lhs = ", ".join(targets) + ("," if len(targets) == 1 else "")
+        if "_" in targets:
+            self.underscore = True
+        return [f"{lhs} = {call}{comment}"]
+
+    def emit_store(self, node: Node) -> list[str]:
+        """Swap out (MAGIS section 5.2): device tensor -> host, on the copy stream."""
+        src = self._single_input(node)
+        r = TRef(node.id, 0)
+        self.bound.add(r)
+        return [f"{self.names[r]} = swap.store({self.names[src]}){self._comment(node, 'store')}"]
+
+    def emit_load(self, node: Node) -> list[str]:
+        """Swap in: host tensor -> device on the copy stream; compute waits before its first use."""
+        src = self._single_input(node)
+        r = TRef(node.id, 0)
+        self.bound.add(r)
+        self.pending_loads.add(r)
+        return [f"{self.names[r]} = swap.load({self.names[src]}){self._comment(node, 'load')}"]
+
+    def emit_fission(self, node: Node) -> list[str]:
+        raise FissionNotSupported(
+            f"fission node {node.name!r}: code generation for F-Trans nodes (MAGIS section 4.2: run "
+            f"the sub-graph n times on slices, then cat / sum the parts) is not implemented yet")
+
+    def _single_input(self, node: Node) -> TRef:
+        ins = node.inputs()
+        if len(ins) != 1 or len(node.outputs) != 1:
+            raise CodegenError(f"{node.kind.value} node {node.name!r} must have one input and one "
+                               f"output (has {len(ins)} and {len(node.outputs)})")
+        return ins[0]
+
+    EMITTERS: dict[NodeKind, Callable[[ScriptWriter, Node], list[str]]] = {
+        NodeKind.OP: emit_op,
+        NodeKind.STORE: emit_store,
+        NodeKind.LOAD: emit_load,
+        NodeKind.FISSION: emit_fission,
+    }
+
+    def body(self) -> list[str]:
+        out: list[str] = []
+        if self.uses_swap:
+            out.append("swap = Swapper(device)")
+        for n in self.g.placeholders():
+            out.append(f"{self.names[n.refs()[0]]} = tensors[{input_key(n)!r}]")
+        for i, nid in enumerate(self.order):
+            node = self.g[nid]
+            emitter = self.EMITTERS.get(node.kind)
+            if emitter is None:
+                raise CodegenError(f"node {node.name!r} of kind {node.kind.value} cannot be scheduled")
+            for r in node.inputs():
+                if r in self.pending_loads:
+                    self.pending_loads.discard(r)
+                    out.append(f"swap.wait({self.names[r]})")
+            self.underscore = False
+            out.extend(emitter(self, node))
+            dead = ["_"] if self.underscore else []
+            dead += [self.names[r] for r in self.plan.after[i] if r in self.bound]
+            if dead:
+                out.append("del " + ", ".join(dead))
+        if self.uses_swap:
+            out.append("swap.finish()")
+        out.append("return {")
+        for key, r in self.g.outputs.items():
+            out.append(f"    {key!r}: {self.names[r]},")
+        out.append("}")
+        return out
+
+
+# ---- the file -----------------------------------------------------------------------------------
+def is_constant(node: Node) -> bool:
+    """A constant tensor the model code created (``const:<name>``): its value is in the graph and
+    the script embeds it (it is not one of the caller's tensors)."""
+    return node.kind == NodeKind.PLACEHOLDER and node.target.startswith("const:")
+
+
+def input_spec(g: Graph) -> dict[str, dict[str, Any]]:
+    """name -> shape, dtype, kind (param/buffer/input) and valid integer range (or None), for every
+    graph input the caller passes."""
+    ranges = integer_ranges(g)
+    spec: dict[str, dict[str, Any]] = {}
+    for n in g.placeholders():
+        if is_constant(n):
+            continue
+        t = n.out
+        rng = ranges.get(n.id)
+        spec[input_key(n)] = {"shape": list(t.shape), "dtype": t.dtype, "kind": input_kind(n),
+                              "range": list(rng) if rng else None}
+    return spec
+
+
+def constants_source(g: Graph) -> str:
+    """``CONSTANTS = {name: torch.tensor(value, dtype=...)}`` for the graph's constant tensors."""
+    rows = []
+    for n in g.placeholders():
+        if not is_constant(n):
+            continue
+        if "value" not in n.kwargs:
+            raise CodegenError(f"constant {n.name!r} has no value in the graph")
+        value = fmt_value(n.kwargs["value"], {})
+        rows.append(f"    {input_key(n)!r}: torch.tensor({value}, dtype=torch.{n.out.dtype}),")
+    return "CONSTANTS = {\n" + "\n".join(rows) + "\n}" if rows else "CONSTANTS: dict[str, torch.Tensor] = {}"
+
+
+def _fmt_bytes(b: float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if b < 1024 or unit == "GiB":
+            return f"{b:.1f} {unit}" if unit != "B" else f"{int(b)} B"
+        b /= 1024
+    return f"{b:.1f} GiB"
+
+
+def _doc(text: str) -> str:
+    """``text`` safe inside the script's docstring (one line, no quotes or escapes that end it)."""
+    return " ".join(text.split()).replace("\\", "/").replace('"', "'")
+
+
+def _literal(obj: Any, indent: str = "    ") -> str:
+    """A dict literal with one entry per line (deterministic, Python syntax)."""
+    if not obj:
+        return "{}"
+    rows = [f"{indent}{k!r}: {v!r}," for k, v in obj.items()]
+    return "{\n" + "\n".join(rows) + "\n}"
+
+
+def generate_source(g: Graph, order: Sequence[int], schedule_name: str = "custom", cost: Any = None) -> str:
+    """The exported script for ``g`` run in ``order`` (a list of op node ids).
+
+    Raises GraphError if ``order`` is not a valid schedule, CodegenError if a node cannot be written
+    (FissionNotSupported, also a NotImplementedError, for fission nodes).
+    """
+    from ..simulate import simulate
+
+    order = list(order)
+    sim = simulate(g, order, cost=cost)
+    writer = ScriptWriter(g, order)
+    body = writer.body()
+    spec = input_spec(g)
+    device_name = getattr(getattr(cost, "device", None), "name", None) or "rtx3090"
+    meta = {
+        "graph": g.name,
+        "schedule": schedule_name,
+        "mode": g.meta.get("mode", "unknown"),
+        "ops": len(order),
+        "simulated_peak_bytes": int(sim.peak),
+        "simulated_resident_bytes": int(sim.memory.resident),
+        "simulated_latency_seconds": float(sim.latency),
+        "simulated_device": device_name,
+    }
+    kinds: dict[str, int] = {}
+    for nid in order:
+        k = {"op": "aten"}.get(g[nid].kind.value, g[nid].kind.value)
+        kinds[k] = kinds.get(k, 0) + 1
+    kind_text = ", ".join(f"{v} {k}" for k, v in sorted(kinds.items()))
+    names_text = ", ".join(list(spec)[:4]) + (", ..." if len(spec) > 4 else "")
+    peak, resident = meta["simulated_peak_bytes"], meta["simulated_resident_bytes"]
+    header = f'''#!/usr/bin/env python3
+"""{_doc(g.name)}: {_doc(schedule_name)} schedule, exported by MAGIS Studio (core.codegen).
+
+{len(order)} ops ({kind_text}) run in schedule order, one line per op; each tensor name is deleted
+right after its last use, so every storage is freed at the step where the simulator frees it.
+Simulated on {device_name}: peak {_fmt_bytes(peak)} ({peak} bytes, {resident} of them inputs and
+weights), latency {meta["simulated_latency_seconds"] * 1e3:.3f} ms.
+
+Run:     python this_file.py [--device cuda|cpu] [--inputs tensors.pt] [--repeat N]
+         (prints JSON: measured peak bytes and seconds next to the simulator's prediction)
+Import:  run(tensors, device) -> dict of outputs; tensors: {{{_doc(names_text)}}}
+Needs only torch.
+"""
+
+from __future__ import annotations
+'''
+    parts = [
+        header,
+        runtime_source(),
+        "\n# ---- the plan " + "-" * 84,
+        f"META = {_literal(meta)}",
+        "",
+        f"INPUTS = {_literal(spec)}",
+        "",
+        constants_source(g),
+        "",
+        "OUTPUTS = [" + "".join(f"\n    {k!r}," for k in g.outputs) + ("\n]" if g.outputs else "]"),
+        "",
+        "",
+        "def run(tensors: dict[str, torch.Tensor], device: str | torch.device = DEFAULT_DEVICE"
+        ") -> dict[str, torch.Tensor]:",
+        '    """Run the plan on ``tensors`` (every name of INPUTS; moved to ``device`` if elsewhere)',
+        '    and return the graph outputs (OUTPUTS).  Tensors the caller passes are never freed here."""',
+        "    dev = torch.device(device)",
+        "    check_inputs(tensors, INPUTS)",
+        "    placed = place_inputs({**CONSTANTS, **{name: tensors[name] for name in INPUTS}}, dev)",
+        "    with torch.no_grad():",
+        "        return _step(placed, dev)",
+        "",
+        "",
+        "def measure(tensors: dict[str, torch.Tensor], device: str | torch.device = DEFAULT_DEVICE"
+        ") -> tuple[dict[str, torch.Tensor], dict]:",
+        '    """Run once and measure the peak memory like the simulator counts it: the inputs, weights',
+        '    and constants (resident) plus every live intermediate storage."""',
+        "    return measure_memory(run, tensors, device, [*(tensors[n] for n in INPUTS), *CONSTANTS.values()])",
+        "",
+        "",
+        "def _step(tensors: dict[str, torch.Tensor], device: torch.device) -> dict[str, torch.Tensor]:",
+        *("    " + line for line in body),
+        "",
+        "",
+        'if __name__ == "__main__":',
+        "    sys.exit(main(run, measure, META, INPUTS))",
+        "",
+    ]
+    return "\n".join(parts)
+
+
+def export_script(g: Graph, order: Sequence[int], path: str | os.PathLike, schedule_name: str = "custom",
+                  cost: Any = None) -> Path:
+    """Write :func:`generate_source` to ``path`` atomically (never a half-written file); returns it."""
+    src = generate_source(g, order, schedule_name=schedule_name, cost=cost)
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(src)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return path

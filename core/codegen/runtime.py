@@ -1,0 +1,353 @@
+"""Runtime support of exported scripts: copied verbatim into every script, so it needs only torch.
+
+Everything below the ``RUNTIME BEGIN`` marker is pasted into the generated file after its header
+(``core.codegen.emit.runtime_source``); the module itself is importable so the pieces are tested
+directly.  It provides
+
+* :class:`LiveBytesTracker` -- the peak of live tensor-storage bytes of a CPU run.  It implements the
+  memory model of ``core.analysis.lifetimes`` (bytes of storages, a view adds nothing, a storage is
+  freed when its last alias dies) by observation: every storage an aten call returns is held through
+  a weak reference to its ``StorageImpl``, and after each call the live bytes are summed.  Storages
+  only come into being inside aten calls, so sampling right after each call (while its inputs and
+  outputs are still referenced) sees every maximum; memory an op uses internally and frees before
+  returning is not counted -- nor is it by the simulator.
+* :class:`Swapper` -- the Store/Load ops of a swap (MAGIS section 5.2: "Swap ... Store then Load",
+  copies on a second stream overlapping compute, section 3).
+* input construction (random, from a ``.pt`` file), device placement, measurement and ``main``.
+"""
+
+from __future__ import annotations
+
+# ==== RUNTIME BEGIN (everything below is copied into exported scripts) ====
+import argparse
+import json
+import math
+import statistics
+import sys
+import time
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import torch
+from torch.multiprocessing.reductions import StorageWeakRef
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_leaves
+
+aten = torch.ops.aten
+DEFAULT_DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
+
+RunFn = Callable[..., dict]
+_ACTIVE_TRACKERS: list[LiveBytesTracker] = []
+
+
+class LiveBytesTracker(TorchDispatchMode):
+    """Peak bytes of live tensor storages on ``device`` while the mode is active.
+
+    ``roots`` (the caller's inputs and weights) are registered on entry: the simulator counts them
+    as resident for the whole step.  After every aten call the storages of its tensor outputs are
+    registered (keyed by ``StorageImpl``, so views and repeated outputs count once) and storages
+    whose last reference died since the previous call are dropped.  ``step_bytes[k]`` is the live
+    total right after the k-th aten call; ``peak_bytes`` is the maximum (or the resident bytes if
+    nothing ran).  Observation only: outputs are returned unchanged.
+    """
+
+    def __init__(self, device: str | torch.device = "cpu", roots: Iterable[torch.Tensor] = ()) -> None:
+        super().__init__()
+        self.device_type = torch.device(device).type
+        self._roots = [t for t in roots if isinstance(t, torch.Tensor)]
+        self._live: dict[int, tuple[StorageWeakRef, int]] = {}
+        self._host_depth = 0
+        self.live_bytes = 0
+        self.resident_bytes = 0
+        self.peak_bytes = 0
+        self.peak_call = -1
+        self.step_bytes: list[int] = []
+        self.calls: list[str] = []
+
+    # -- registration ----------------------------------------------------------------------------
+    def _add(self, t: torch.Tensor) -> None:
+        if t.device.type != self.device_type or t.layout != torch.strided:
+            return
+        try:
+            s = t.untyped_storage()
+        except (RuntimeError, NotImplementedError):  # tensors without a storage
+            return
+        key = s._cdata
+        old = self._live.get(key)
+        if old is not None:
+            if not old[0].expired():
+                return
+            self.live_bytes -= old[1]
+        nbytes = int(s.nbytes())
+        self._live[key] = (StorageWeakRef(s), nbytes)
+        self.live_bytes += nbytes
+
+    def _sweep(self) -> None:
+        dead = [k for k, (ref, _) in self._live.items() if ref.expired()]
+        for k in dead:
+            self.live_bytes -= self._live.pop(k)[1]
+
+    def __enter__(self) -> LiveBytesTracker:
+        for t in self._roots:
+            self._add(t)
+        self.resident_bytes = self.peak_bytes = self.live_bytes
+        _ACTIVE_TRACKERS.append(self)
+        return super().__enter__()
+
+    def __exit__(self, *exc: Any) -> None:
+        _ACTIVE_TRACKERS.remove(self)
+        return super().__exit__(*exc)
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        self._sweep()
+        if not self._host_depth:
+            for t in tree_leaves(out):
+                if isinstance(t, torch.Tensor):
+                    self._add(t)
+        self.step_bytes.append(self.live_bytes)
+        self.calls.append(str(func))
+        if self.live_bytes > self.peak_bytes:
+            self.peak_bytes = self.live_bytes
+            self.peak_call = len(self.step_bytes) - 1
+        return out
+
+
+@contextmanager
+def host_allocation() -> Iterator[None]:
+    """Tensors created inside live in (swap) host memory: the active trackers do not count them
+    (the simulator counts only device memory; on a CPU run "host" and "device" are one RAM)."""
+    for t in _ACTIVE_TRACKERS:
+        t._host_depth += 1
+    try:
+        yield
+    finally:
+        for t in _ACTIVE_TRACKERS:
+            t._host_depth -= 1
+
+
+class Swapper:
+    """Store (device -> host) and Load (host -> device) of swapped tensors, MAGIS section 5.2.
+
+    CUDA (written for real, but not executed by the project's tests -- the CI machine has no GPU):
+    copies run on one side stream so they overlap compute on the current (compute) stream.
+      * ``store(x)``: an event recorded on the compute stream after ``x`` was produced is waited for
+        by the copy stream, which copies ``x`` into a fresh pinned host buffer (non-blocking).
+        ``x.record_stream(copy)`` keeps the caching allocator from handing ``x``'s memory to a
+        compute-stream allocation before the copy has read it, so the script may ``del x`` at once.
+      * ``load(h)``: allocates the device tensor on the copy stream (from that stream's pool, so no
+        pending compute work can touch it), copies ``h`` into it and records an event.  Store and
+        Load of one tensor share the copy stream, so the Load cannot overtake its Store.
+        ``y.record_stream(compute)`` makes a later free of ``y`` wait for the compute kernels that
+        read it.
+      * ``wait(y)``: the compute stream waits for ``y``'s Load event; the script calls it right
+        before the first op that reads ``y`` (MAGIS: "compute waits only if the copy is late").
+    CPU fallback: ``store`` is ``x.to("cpu", copy=True)`` made under :func:`host_allocation` (host
+    memory, not counted by the tracker), ``load`` a copy back to the device, ``wait`` a no-op.
+    """
+
+    def __init__(self, device: str | torch.device) -> None:
+        self.device = torch.device(device)
+        self.cuda = self.device.type == "cuda"
+        self._pending: dict[int, Any] = {}
+        if self.cuda:
+            self.compute = torch.cuda.current_stream(self.device)
+            self.copy = torch.cuda.Stream(self.device)
+
+    def store(self, x: torch.Tensor) -> torch.Tensor:
+        if not self.cuda:
+            with host_allocation():
+                return x.to("cpu", copy=True)
+        self.wait(x)
+        host = torch.empty(x.size(), dtype=x.dtype, pin_memory=True)
+        produced = torch.cuda.Event()
+        produced.record(self.compute)
+        with torch.cuda.stream(self.copy):
+            self.copy.wait_event(produced)
+            host.copy_(x, non_blocking=True)
+        x.record_stream(self.copy)
+        return host
+
+    def load(self, host: torch.Tensor) -> torch.Tensor:
+        if not self.cuda:
+            return host.to(self.device, copy=True)
+        with torch.cuda.stream(self.copy):
+            y = torch.empty(host.size(), dtype=host.dtype, device=self.device)
+            y.copy_(host, non_blocking=True)
+            done = torch.cuda.Event()
+            done.record(self.copy)
+        y.record_stream(self.compute)
+        self._pending[id(y)] = done
+        return y
+
+    def wait(self, y: torch.Tensor) -> torch.Tensor:
+        done = self._pending.pop(id(y), None)
+        if done is not None:
+            self.compute.wait_event(done)
+        return y
+
+    def finish(self) -> None:
+        """Make the compute stream wait for every copy still in flight (end of the step)."""
+        if self.cuda:
+            self.compute.wait_stream(self.copy)
+            self._pending.clear()
+
+
+# ---- inputs ------------------------------------------------------------------------------------
+def _dtype(name: str) -> torch.dtype:
+    return getattr(torch, name)
+
+
+def make_inputs(spec: dict[str, dict], seed: int = 0) -> dict[str, torch.Tensor]:
+    """Random tensors for every graph input of ``spec`` (name -> shape, dtype, kind, range).
+
+    Floats: weights ~ N(0, 1/fan_in) (fan_in = product of all but the first dim), other inputs
+    ~ N(0, 1); ``running_var`` buffers are ones and other float buffers zeros (valid batch-norm
+    state).  Integers and bools: uniform in the embedded valid range ``[low, high)`` when the
+    exporter could infer one (embedding rows, class count of a loss...), else zeros.
+    """
+    gen = torch.Generator().manual_seed(seed)
+    out: dict[str, torch.Tensor] = {}
+    for name, s in spec.items():
+        shape, dt = tuple(s["shape"]), _dtype(s["dtype"])
+        if dt.is_floating_point or dt.is_complex:
+            if s["kind"] == "buffer":
+                t = torch.ones(shape, dtype=dt) if name.endswith("running_var") else torch.zeros(shape, dtype=dt)
+            elif s["kind"] == "param":
+                fan_in = math.prod(shape[1:]) if len(shape) > 1 else 1
+                t = torch.randn(shape, generator=gen) / math.sqrt(fan_in)
+                t = t.to(dt) if len(shape) > 1 else (1.0 + 0.1 * t).to(dt)
+            else:
+                t = torch.randn(shape, generator=gen).to(dt)
+        elif s.get("range") is not None:
+            low, high = s["range"]
+            t = torch.randint(int(low), int(high), shape, generator=gen).to(dt)
+        else:
+            t = torch.zeros(shape, dtype=dt)
+        out[name] = t
+    return out
+
+
+def check_inputs(tensors: dict[str, torch.Tensor], spec: dict[str, dict]) -> None:
+    """Raise ValueError unless ``tensors`` has every input of ``spec`` with its shape and dtype."""
+    missing = [n for n in spec if n not in tensors]
+    if missing:
+        raise ValueError(f"missing inputs: {', '.join(missing[:8])}" + (" ..." if len(missing) > 8 else ""))
+    for n, s in spec.items():
+        t = tensors[n]
+        if tuple(t.shape) != tuple(s["shape"]) or t.dtype != _dtype(s["dtype"]):
+            raise ValueError(f"input {n!r}: expected {tuple(s['shape'])} {s['dtype']}, "
+                             f"got {tuple(t.shape)} {str(t.dtype).removeprefix('torch.')}")
+
+
+def load_inputs(path: str, spec: dict[str, dict]) -> dict[str, torch.Tensor]:
+    """A ``.pt`` file holding a dict name -> tensor (loaded with ``weights_only=True``)."""
+    data = torch.load(path, map_location="cpu", weights_only=True)
+    if not isinstance(data, dict):
+        raise ValueError(f"{path}: expected a dict of tensors, got {type(data).__name__}")
+    tensors = {n: data[n] for n in spec if n in data}
+    check_inputs(tensors, spec)
+    return tensors
+
+
+def place_inputs(tensors: dict[str, torch.Tensor], device: str | torch.device) -> dict[str, torch.Tensor]:
+    """The inputs on ``device`` (a tensor already there is passed through, not copied)."""
+    dev = torch.device(device)
+    return {n: t if t.device == dev else t.to(dev) for n, t in tensors.items()}
+
+
+# ---- measurement -------------------------------------------------------------------------------
+def _sync(dev: torch.device) -> None:
+    if dev.type == "cuda":
+        torch.cuda.synchronize(dev)
+
+
+def measure_memory(run: RunFn, tensors: dict[str, torch.Tensor], device: str | torch.device,
+                   resident: Iterable[torch.Tensor]) -> tuple[dict, dict[str, Any]]:
+    """Run once and measure peak memory, counted like the simulator (inputs + weights resident).
+
+    CUDA: ``max_memory_allocated`` after ``reset_peak_memory_stats``; the inputs already on the
+    device are the resident part (``memory_allocated`` before the run).  The caching allocator
+    rounds blocks up (512 B) and library workspaces (cuBLAS/cuDNN) count, so expect a few percent
+    above the simulator.  CPU: :class:`LiveBytesTracker` (exact storage bytes) with the
+    ``resident`` tensors (inputs, weights, constants) registered first.
+    """
+    dev = torch.device(device)
+    if dev.type == "cuda":
+        _sync(dev)
+        torch.cuda.reset_peak_memory_stats(dev)
+        resident = torch.cuda.memory_allocated(dev)
+        out = run(tensors, dev)
+        _sync(dev)
+        return out, {"measured_peak_bytes": int(torch.cuda.max_memory_allocated(dev)),
+                     "measured_resident_bytes": int(resident),
+                     "memory_method": "cuda.max_memory_allocated"}
+    tracker = LiveBytesTracker(dev, resident)
+    with tracker:
+        out = run(tensors, dev)
+    return out, {"measured_peak_bytes": tracker.peak_bytes, "measured_resident_bytes": tracker.resident_bytes,
+                 "memory_method": "live tensor storages (dispatch-mode tracker)",
+                 "tracked_calls": len(tracker.step_bytes), "_tracker": tracker}
+
+
+def measure_time(run: RunFn, tensors: dict[str, torch.Tensor], device: str | torch.device,
+                 repeat: int = 3, warmup: int = 1) -> list[float]:
+    """Wall-clock seconds of ``repeat`` runs after ``warmup`` runs (synchronised on CUDA)."""
+    dev = torch.device(device)
+    times = []
+    for i in range(warmup + repeat):
+        _sync(dev)
+        t0 = time.perf_counter()
+        run(tensors, dev)
+        _sync(dev)
+        if i >= warmup:
+            times.append(time.perf_counter() - t0)
+    return times
+
+
+def main(run: RunFn, measure: Callable[..., tuple[dict, dict]], meta: dict[str, Any], spec: dict[str, dict],
+         argv: list[str] | None = None) -> int:
+    """Command line of an exported script: run it on random or given inputs, print JSON with the
+    measured peak memory and time next to the simulator's prediction."""
+    p = argparse.ArgumentParser(description=f"MAGIS Studio plan for {meta['graph']} "
+                                            f"(schedule {meta['schedule']}, {meta['ops']} ops)")
+    p.add_argument("--device", default=DEFAULT_DEVICE, help=f"torch device (default {DEFAULT_DEVICE})")
+    p.add_argument("--inputs", default=None, help=".pt file with a dict name -> tensor (else random)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the random inputs")
+    p.add_argument("--repeat", type=int, default=3, help="timed runs")
+    p.add_argument("--warmup", type=int, default=2, help="untimed runs before the timed ones")
+    p.add_argument("--save-outputs", default=None, help="write the outputs to this .pt file")
+    a = p.parse_args(argv)
+    try:
+        tensors = load_inputs(a.inputs, spec) if a.inputs else make_inputs(spec, a.seed)
+        tensors = place_inputs(tensors, a.device)
+    except (ValueError, OSError, RuntimeError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    outputs, mem = measure(tensors, a.device)
+    mem.pop("_tracker", None)
+    times = measure_time(run, tensors, a.device, a.repeat, a.warmup) if a.repeat > 0 else []
+    sim_peak = meta["simulated_peak_bytes"]
+    res: dict[str, Any] = {
+        "graph": meta["graph"], "schedule": meta["schedule"], "ops": meta["ops"],
+        "device": str(torch.device(a.device)),
+        **mem,
+        "simulated_peak_bytes": sim_peak,
+        "simulated_resident_bytes": meta["simulated_resident_bytes"],
+        "peak_ratio": round(mem["measured_peak_bytes"] / sim_peak, 6) if sim_peak else None,
+        "measured_seconds": statistics.median(times) if times else None,
+        "measured_seconds_min": min(times) if times else None,
+        "simulated_latency_seconds": meta["simulated_latency_seconds"],
+        "simulated_device": meta["simulated_device"],
+        "outputs_finite": all(bool(torch.isfinite(t).all()) for t in outputs.values()
+                              if isinstance(t, torch.Tensor) and t.is_floating_point()),
+    }
+    loss = outputs.get("loss")
+    if isinstance(loss, torch.Tensor) and loss.numel() == 1:
+        res["loss"] = float(loss)
+    if a.save_outputs:
+        torch.save({k: v.detach().cpu() for k, v in outputs.items()}, a.save_outputs)
+        res["outputs_file"] = a.save_outputs
+    print(json.dumps(res, indent=1))
+    return 0

@@ -1,0 +1,413 @@
+"""The round trip (DESIGN.md, "the backbone test"): run a model eagerly with autograd, run its
+exported script for a schedule on the same weights and inputs, compare every output, and compare
+the script's measured peak of live storage bytes with the simulator's peak for that schedule.
+
+``verify_module(module, inputs, loss_fn, ...)`` works on any model; ``verify_spec(name)`` on a
+sample of ``sample_graphs`` (or ``path/to/file.py:factory``).  When the peaks differ,
+``audit_ops`` tells why: it runs the graph op by op and lists every op whose real outputs share
+storage differently from the graph's alias records, or whose storages have other sizes; and
+``problems(result)`` lists what keeps a result from being a clean round trip.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import random
+import sys
+import tempfile
+import uuid
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import torch
+from torch import nn
+
+from ..analysis.lifetimes import memory_profile
+from ..ir.graph import Graph, NodeKind, TRef
+from .emit import generate_source, is_constant
+from .plan import input_key
+
+RTOL = 1e-4  # float32 defaults; every comparison reports the numbers behind the verdict
+ATOL = 1e-5
+PEAK_TOL = 0.02  # measured vs simulated peak
+
+
+# ---- schedules ------------------------------------------------------------------------------------
+def random_topological_order(g: Graph, seed: int = 0) -> list[int]:
+    """A uniformly-picked ready op at each step (Kahn's algorithm with a seeded random choice)."""
+    rng = random.Random(seed)
+    ops = [n.id for n in g if n.kind != NodeKind.PLACEHOLDER]
+    opset = set(ops)
+    indeg = {i: sum(1 for p in g.preds(i) if p in opset) for i in ops}
+    ready = sorted(i for i in ops if indeg[i] == 0)
+    out: list[int] = []
+    while ready:
+        i = ready.pop(rng.randrange(len(ready)))
+        out.append(i)
+        for u in g.users(i):
+            if u in opset:
+                indeg[u] -= 1
+                if indeg[u] == 0:
+                    ready.append(u)
+    if len(out) != len(ops):
+        raise ValueError("graph has a cycle")
+    return out
+
+
+def resolve_schedule(g: Graph, schedule: str, seed: int = 0) -> list[int]:
+    """A registered scheduler's order, or ``random`` / ``random:<seed>`` (a seeded random
+    topological order)."""
+    if schedule == "random" or schedule.startswith("random:"):
+        s = schedule.partition(":")[2]
+        return random_topological_order(g, int(s) if s else seed)
+    from ..schedule import baselines  # noqa: F401  (traced / rpo, without the heavier strategies)
+    from ..schedule.base import SCHEDULERS, get_scheduler
+
+    sched = SCHEDULERS[schedule]() if schedule in SCHEDULERS else get_scheduler(schedule)
+    return sched.run(g).order
+
+
+# ---- scripts ------------------------------------------------------------------------------------
+def load_script(path: str | Path) -> ModuleType:
+    """Import an exported script as a module (importlib; nothing is exec-ed from a string)."""
+    name = f"magis_export_{uuid.uuid4().hex[:12]}"
+    spec = importlib.util.spec_from_file_location(name, path)
+    if spec is None or spec.loader is None:
+        raise ImportError(f"cannot import {path}")
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[name] = mod
+    try:
+        spec.loader.exec_module(mod)
+    finally:
+        sys.modules.pop(name, None)
+    return mod
+
+
+def graph_inputs(g: Graph, module: nn.Module, inputs: Sequence[torch.Tensor]) -> dict[str, torch.Tensor]:
+    """Detached copies of the module's parameters/buffers and the example inputs, keyed like the
+    script's ``tensors`` argument.  Take them *before* an eager run mutates buffers."""
+    params = dict(module.named_parameters(remove_duplicate=False))  # tied weights: every name
+    buffers = dict(module.named_buffers(remove_duplicate=False))
+    out: dict[str, torch.Tensor] = {}
+    for n in g.placeholders():
+        key = input_key(n)
+        kind, _, rest = n.target.partition(":")
+        if kind == "const":  # embedded in the script
+            continue
+        if kind == "param":
+            t = params[rest]
+        elif kind == "buffer":
+            t = buffers[rest]
+        elif kind == "input":
+            t = inputs[int(rest)]
+        else:
+            raise ValueError(f"placeholder {n.name!r} has an unknown target {n.target!r}")
+        out[key] = t.detach().clone()
+    return out
+
+
+def eager_outputs(g: Graph, module: nn.Module, inputs: Sequence[torch.Tensor],
+                  loss_fn: Callable[..., torch.Tensor] | None,
+                  forward_fn: Callable[..., Any] | None) -> dict[str, torch.Tensor]:
+    """The reference values of the graph's outputs from an eager PyTorch run (with autograd for a
+    training graph: ``loss_fn`` then ``backward``).  Mutates buffers (batch-norm statistics)."""
+    ref: dict[str, torch.Tensor] = {}
+    training = g.meta.get("mode", "train") == "train"
+    if training:
+        module.zero_grad(set_to_none=True)
+        with torch.enable_grad():
+            loss = loss_fn(module, *inputs)
+            loss.backward()
+        ref["loss"] = loss.detach()
+        for name, p in module.named_parameters():
+            if p.grad is not None:
+                ref[f"grad:{name}"] = p.grad.detach().clone()
+        module.zero_grad(set_to_none=True)
+    else:
+        with torch.no_grad():
+            out = forward_fn(module, *inputs) if forward_fn else module(*inputs)
+        if isinstance(out, torch.Tensor):
+            out = (out,)
+        elif hasattr(out, "to_tuple"):
+            out = out.to_tuple()
+        for i, t in enumerate(x for x in out if isinstance(x, torch.Tensor)):
+            ref[f"output_{i}"] = t.detach()
+    for name, b in module.named_buffers():
+        ref[f"buffer:{name}"] = b.detach().clone()
+    lr = g.meta.get("sgd_lr")
+    if lr is not None:
+        for name, p in module.named_parameters():
+            if f"grad:{name}" in ref:
+                ref[f"param:{name}"] = p.detach() - lr * ref[f"grad:{name}"]
+    return ref
+
+
+def compare(got: dict[str, torch.Tensor], ref: dict[str, torch.Tensor], keys: Sequence[str],
+            rtol: float = RTOL, atol: float = ATOL) -> dict[str, dict[str, Any]]:
+    """Per output: max abs error, max relative error (max |got - ref| / max |ref|, i.e. relative to
+    the tensor's scale), and ``allclose`` (|got - ref| <= atol + rtol |ref| element-wise; equal
+    infinities and NaN in both count as equal, as in ``torch.testing.assert_close(equal_nan=True)``)."""
+    res: dict[str, dict[str, Any]] = {}
+    for k in keys:
+        if k not in ref:
+            continue
+        a, b = got.get(k), ref[k]
+        if a is None or tuple(a.shape) != tuple(b.shape):
+            res[k] = {"max_abs": float("inf"), "max_rel": float("inf"), "allclose": False,
+                      "error": f"shape {None if a is None else tuple(a.shape)} vs {tuple(b.shape)}"}
+            continue
+        a64, b64 = a.detach().cpu().double(), b.detach().cpu().double()
+        diff = (a64 - b64).abs()
+        same = (a64 == b64) | (torch.isnan(a64) & torch.isnan(b64))  # equal, or NaN in both
+        diff = torch.where(same, torch.zeros_like(diff), torch.nan_to_num(diff, nan=float("inf")))
+        max_abs = float(diff.max()) if diff.numel() else 0.0
+        finite = b64[torch.isfinite(b64)].abs()
+        scale = float(finite.max()) if finite.numel() else 0.0
+        max_rel = max_abs / scale if scale > 0 else (0.0 if max_abs == 0 else float("inf"))
+        ok = bool(torch.all(same | (diff <= atol + rtol * b64.abs()))) if diff.numel() else True
+        res[k] = {"max_abs": max_abs, "max_rel": max_rel, "allclose": ok and a.dtype == b.dtype}
+    return res
+
+
+def tied_parameters(module: nn.Module) -> dict[str, str]:
+    """Every extra name of a shared (tied) parameter -> the name ``named_parameters()`` gives it."""
+    canon = {id(p): n for n, p in module.named_parameters()}
+    return {n: canon[id(p)] for n, p in module.named_parameters(remove_duplicate=False)
+            if canon[id(p)] != n}
+
+
+def combine_tied_gradients(got: dict[str, torch.Tensor], keys: list[str], ties: dict[str, str]
+                           ) -> tuple[dict[str, torch.Tensor], list[str], dict[str, str]]:
+    """The gradient of a tied parameter is the sum over its uses.  A graph that lists a tied weight
+    under two names (one placeholder each) returns one partial gradient per name; sum them under
+    the canonical name so they compare with eager autograd's ``p.grad``.  Returns the outputs, the
+    keys to compare, and the ties found in the graph (extra name -> canonical name)."""
+    found = {a: c for a, c in ties.items() if f"grad:{a}" in got and f"grad:{c}" in got}
+    if not found:
+        return got, keys, {}
+    got = dict(got)
+    for a, c in found.items():
+        got[f"grad:{c}"] = got[f"grad:{c}"] + got.pop(f"grad:{a}")
+    return got, [k for k in keys if k.removeprefix("grad:") not in found or not k.startswith("grad:")], found
+
+
+# ---- why peaks differ -----------------------------------------------------------------------------
+def _storage_key(t: Any) -> int | None:
+    if not isinstance(t, torch.Tensor) or t.layout != torch.strided:
+        return None
+    return t.untyped_storage()._cdata
+
+
+def audit_ops(g: Graph, order: Sequence[int], tensors: dict[str, torch.Tensor],
+              device: str = "cpu") -> list[dict[str, Any]]:
+    """Run the graph op by op and list the ops whose real outputs disagree with the graph's memory
+    records: an output that shares an input's storage but is recorded as fresh (or the reverse),
+    or a fresh output whose storage has a different byte size than the graph says."""
+    from ..ir.torch_bridge import materialize, resolve_op
+
+    env: dict[TRef, Any] = {}
+    for n in g.placeholders():
+        env[TRef(n.id, 0)] = (torch.tensor(n.kwargs["value"], dtype=getattr(torch, n.out.dtype))
+                              if is_constant(n) else tensors[input_key(n)])
+    problems: list[dict[str, Any]] = []
+    with torch.no_grad():
+        for nid in order:
+            node = g[nid]
+            if node.kind != NodeKind.OP:
+                continue
+            args = materialize(node.args, env.__getitem__, device)
+            kwargs = materialize(node.kwargs, env.__getitem__, device)
+            out = resolve_op(node.op)(*args, **kwargs)
+            outs = list(out) if isinstance(out, (tuple, list)) else [out]
+            in_keys = {_storage_key(env[r]): r for r in node.inputs()}
+            for j, t in enumerate(outs[:len(node.outputs)]):
+                ref = TRef(nid, j)
+                env[ref] = t
+                meta = node.outputs[j]
+                key = _storage_key(t)
+                shared = in_keys.get(key) if key is not None else None
+                if shared is not None and meta.alias is None:
+                    problems.append({"node": node.name, "op": node.op, "output": j,
+                                     "issue": f"shares the storage of input {g[shared.node].name} "
+                                              f"but the graph records a fresh tensor"})
+                elif shared is None and meta.alias is not None and isinstance(t, torch.Tensor):
+                    problems.append({"node": node.name, "op": node.op, "output": j,
+                                     "issue": "fresh storage but the graph records a view"})
+                elif meta.alias is None and isinstance(t, torch.Tensor):
+                    nb = int(t.untyped_storage().nbytes())
+                    if nb != meta.nbytes:
+                        problems.append({"node": node.name, "op": node.op, "output": j,
+                                         "issue": f"storage has {nb} bytes, the graph says {meta.nbytes}"})
+    return problems
+
+
+# ---- the round trip -----------------------------------------------------------------------------
+def verify_module(module: nn.Module, inputs: Sequence[torch.Tensor],
+                  loss_fn: Callable[..., torch.Tensor] | None = None, *,
+                  forward_fn: Callable[..., Any] | None = None, training: bool = True,
+                  name: str = "model", schedule: str = "traced", order: Sequence[int] | None = None,
+                  graph: Graph | None = None, seed: int = 0, rtol: float = RTOL, atol: float = ATOL,
+                  peak_tol: float = PEAK_TOL, script_dir: str | Path | None = None,
+                  audit: bool | None = None, details: bool = True) -> dict[str, Any]:
+    """Eager PyTorch vs the exported script of ``module`` for one schedule.
+
+    ``graph``: a graph of this module captured elsewhere (else captured here on the real tensors);
+    ``order``: an explicit schedule (else ``resolve_schedule(graph, schedule, seed)``).
+    ``audit``: run :func:`audit_ops` (default: only when the peaks differ by more than ``peak_tol``).
+    Returns errors (overall worst and per tensor), measured and simulated peaks, their ratio, and
+    ``ok`` (all outputs allclose and the peak within ``peak_tol``).
+    """
+    from ..frontend.torch_import import capture
+
+    inputs = tuple(inputs)
+    if graph is None:
+        graph = capture(module, inputs, loss_fn, forward_fn, training=training, name=name)
+    g = graph
+    order = list(order) if order is not None else resolve_schedule(g, schedule, seed)
+    tensors = graph_inputs(g, module, inputs)  # pre-run state (buffers change in the eager run)
+    torch.manual_seed(seed)
+    ref = eager_outputs(g, module, inputs, loss_fn, forward_fn)
+
+    src = generate_source(g, order, schedule_name=schedule)
+    with tempfile.TemporaryDirectory(prefix="magis_verify_") as tmp:
+        path = Path(script_dir or tmp) / f"{_safe(g.name)}_{_safe(schedule)}.py"
+        path.write_text(src)
+        mod = load_script(path)
+    torch.manual_seed(seed)
+    got, mem = mod.measure(tensors, "cpu")
+    tracker = mem.pop("_tracker", None)
+
+    ties = tied_parameters(module)
+    got, keys, tied = combine_tied_gradients(got, list(g.outputs), ties)
+    per = compare(got, ref, keys, rtol, atol)
+    prof = memory_profile(g, order)
+    measured, simulated = int(mem["measured_peak_bytes"]), int(prof.peak)
+    ratio = measured / simulated if simulated else float("nan")
+    first_diff = None
+    if tracker is not None and len(tracker.step_bytes) == len(order):
+        for i, (m, s) in enumerate(zip(tracker.step_bytes, prof.step_bytes.tolist(), strict=True)):
+            if m != s:
+                node = g[order[i]]
+                first_diff = {"step": i, "node": node.name, "op": node.op, "measured": m, "simulated": s}
+                break
+    res: dict[str, Any] = {
+        "name": g.name, "schedule": schedule, "seed": seed, "ops": len(order),
+        "rtol": rtol, "atol": atol,
+        "allclose": all(v["allclose"] for v in per.values()),
+        "compared": len(per), "missing_reference": sorted(set(keys) - set(ref)),
+        "tied_parameters": tied,
+    }
+    if per:
+        worst_abs = max(per, key=lambda k: per[k]["max_abs"])
+        worst_rel = max(per, key=lambda k: per[k]["max_rel"])
+        res.update({"max_abs_error": per[worst_abs]["max_abs"], "worst_abs_tensor": worst_abs,
+                    "max_rel_error": per[worst_rel]["max_rel"], "worst_rel_tensor": worst_rel})
+    if "loss" in per:
+        res.update({"loss": float(ref["loss"]), "loss_abs_error": per["loss"]["max_abs"],
+                    "loss_rel_error": per["loss"]["max_rel"]})
+    res.update({
+        "measured_peak_bytes": measured, "simulated_peak_bytes": simulated,
+        "peak_ratio": ratio,
+        "measured_resident_bytes": int(mem["measured_resident_bytes"]),
+        "simulated_resident_bytes": int(prof.resident),
+        "tracked_calls": len(tracker.step_bytes) if tracker is not None else None,
+        "first_step_mismatch": first_diff,
+        "script_bytes": len(src.encode()), "script_lines": src.count("\n"),
+    })
+    peak_ok = abs(ratio - 1.0) <= peak_tol
+    if audit or (audit is None and not peak_ok):
+        res["audit"] = audit_ops(g, order, tensors)
+    res["ok"] = bool(res["allclose"] and peak_ok)
+    if details:
+        res["per_tensor"] = per
+    return res
+
+
+def problems(res: dict[str, Any], exact_steps: bool = True) -> list[str]:
+    """Why a :func:`verify_module` result is not a clean round trip (empty list: it is).
+
+    ``exact_steps``: also require the measured live bytes to equal the simulator's after every op
+    (one tracked aten call per op), not only the peak within ``peak_tol``."""
+    out = []
+    per = res.get("per_tensor", {})
+    if not res["allclose"]:
+        bad = [k for k, v in per.items() if not v["allclose"]] if per else [res.get("worst_rel_tensor")]
+        out.append(f"outputs differ (rtol={res['rtol']}, atol={res['atol']}): {bad[:5]}")
+    if not res["compared"]:
+        out.append("no output compared")
+    if res["missing_reference"]:
+        out.append(f"no eager reference for {res['missing_reference'][:5]}")
+    if not res["ok"] and res["allclose"]:
+        out.append(f"peak {res['measured_peak_bytes']} measured vs {res['simulated_peak_bytes']} simulated "
+                   f"(audit: {res.get('audit')})")
+    if exact_steps:
+        if res["tracked_calls"] != res["ops"]:
+            out.append(f"{res['tracked_calls']} aten calls tracked for {res['ops']} ops")
+        if res["first_step_mismatch"] is not None:
+            out.append(f"live bytes differ first at {res['first_step_mismatch']}")
+        if res["measured_resident_bytes"] != res["simulated_resident_bytes"]:
+            out.append(f"resident {res['measured_resident_bytes']} measured vs "
+                       f"{res['simulated_resident_bytes']} simulated")
+    return out
+
+
+def _safe(s: str) -> str:
+    return "".join(c if c.isalnum() else "_" for c in s)
+
+
+def build_spec(spec: str, seed: int = 0) -> Any:
+    """A sample of ``sample_graphs`` by name, or ``path/to/file.py:factory``, built with real tensors."""
+    import sample_graphs
+
+    from ..frontend.torch_import import ImportErrorMAGIS, load_factory
+
+    torch.manual_seed(seed)
+    if spec in sample_graphs.NAMES:
+        return sample_graphs.build(spec)
+    if ":" in spec:
+        return load_factory(spec)()
+    raise ImportErrorMAGIS(f"unknown sample {spec!r}; samples: {', '.join(sample_graphs.NAMES)}")
+
+
+def capture_spec_real(spec: str, s: Any, seed: int = 0, training: bool = True) -> Graph:
+    """Capture the sample on its real tensors; if tracing real tensors fails, capture a second,
+    identical build under FakeTensorMode (``build`` is deterministic)."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    from ..frontend.torch_import import ImportErrorMAGIS, capture
+
+    name = getattr(s, "name", spec)
+    args = (getattr(s, "loss_fn", None), getattr(s, "forward_fn", None))
+    try:
+        return capture(s.module, tuple(s.inputs), *args, training=training, name=name)
+    except ImportErrorMAGIS:
+        with FakeTensorMode(allow_non_fake_inputs=True):
+            f = build_spec(spec, seed)
+        g = capture(f.module, tuple(f.inputs), *args, training=training, name=name)
+        g.meta["captured_under"] = "FakeTensorMode (second build)"
+        return g
+
+
+def verify_spec(spec: str, schedule: str = "traced", seed: int = 0, *, training: bool = True,
+                rtol: float = RTOL, atol: float = ATOL, allow_full_size: bool = False,
+                details: bool = False, **kwargs: Any) -> dict[str, Any]:
+    """:func:`verify_module` on a sample (tiny variants: the model really runs, on CPU)."""
+    if not allow_full_size:  # look before allocating: a fake build costs no memory
+        from torch._subclasses.fake_tensor import FakeTensorMode
+
+        with FakeTensorMode(allow_non_fake_inputs=True):
+            full = getattr(build_spec(spec, seed), "full_size", False)
+        if full:
+            raise ValueError(f"{spec} is a full-size workload; verify runs the model for real on the "
+                             f"CPU -- use its _tiny variant")
+    s = build_spec(spec, seed)
+    g = capture_spec_real(spec, s, seed, training)
+    res = verify_module(s.module, tuple(s.inputs), getattr(s, "loss_fn", None),
+                        forward_fn=getattr(s, "forward_fn", None), training=training, name=g.name,
+                        schedule=schedule, graph=g, seed=seed, rtol=rtol, atol=atol, details=details,
+                        **kwargs)
+    res["sample"] = spec
+    res["dtype"] = str(getattr(s, "dtype", torch.float32)).removeprefix("torch.")
+    return res
