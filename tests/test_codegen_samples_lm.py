@@ -2,8 +2,8 @@
 run on the sample's real weights and inputs, reproduces eager PyTorch's loss and every gradient
 (float32, element-wise |got - ref| <= 1e-5 + 1e-4 |ref|), and its live storage bytes equal the
 simulator's after every op, for the traced order, reverse post-order and a seeded random
-topological order.  BERT, GPT-Neo and BTLM tie their output projection to the token embedding;
-the captured graphs list the shared weight under both names (see verify.combine_tied_gradients).
+topological order.  BERT, GPT-Neo and BTLM tie their output projection to the token embedding:
+the graph has the shared weight once and sums its two partial gradients, as eager autograd does.
 
 Capturing a tiny workload with AOTAutograd takes seconds, so these are marked slow (they still run).
 """

@@ -93,3 +93,34 @@ def test_sgd_update_outputs_new_parameters():
         node = g[g.outputs[f"param:{n}"].node]
         assert node.op == "aten.add.Tensor" and node.kwargs["alpha"] == -0.1
         assert node.out.shape == tuple(p.shape)
+
+
+class TiedLM(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.embed = nn.Embedding(11, 6)
+        self.mix = nn.Linear(6, 6)
+        self.head = nn.Linear(6, 11, bias=False)
+        self.head.weight = self.embed.weight  # tied, as in BERT / GPT heads
+
+
+def _tied_loss(m: TiedLM, ids: torch.Tensor) -> torch.Tensor:
+    return m.head(torch.tanh(m.mix(m.embed(ids)))).logsumexp(-1).mean()
+
+
+def test_tied_weights_are_one_input_with_an_accumulated_gradient():
+    from core.codegen.verify import verify_module
+
+    torch.manual_seed(0)
+    m = TiedLM()
+    ids = torch.randint(0, 11, (3, 4))
+    g = capture(m, (ids,), _tied_loss, name="tied")
+    params = sorted(n.target for n in g.placeholders() if n.target.startswith("param:"))
+    assert params == sorted(f"param:{n}" for n, _ in m.named_parameters())
+    assert sorted(k for k in g.outputs if k.startswith("grad:")) == sorted(
+        f"grad:{n}" for n, _ in m.named_parameters())
+    acc = g[g.outputs["grad:embed.weight"].node]
+    assert acc.op == "aten.add.Tensor" and acc.name.startswith("accumulate_grad_embed_weight")
+    res = verify_module(m, (ids,), _tied_loss, graph=g)
+    assert res["allclose"] and res["max_rel_error"] < 1e-5
+    assert res["measured_peak_bytes"] == res["simulated_peak_bytes"]

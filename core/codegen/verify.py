@@ -171,28 +171,6 @@ def compare(got: dict[str, torch.Tensor], ref: dict[str, torch.Tensor], keys: Se
     return res
 
 
-def tied_parameters(module: nn.Module) -> dict[str, str]:
-    """Every extra name of a shared (tied) parameter -> the name ``named_parameters()`` gives it."""
-    canon = {id(p): n for n, p in module.named_parameters()}
-    return {n: canon[id(p)] for n, p in module.named_parameters(remove_duplicate=False)
-            if canon[id(p)] != n}
-
-
-def combine_tied_gradients(got: dict[str, torch.Tensor], keys: list[str], ties: dict[str, str]
-                           ) -> tuple[dict[str, torch.Tensor], list[str], dict[str, str]]:
-    """The gradient of a tied parameter is the sum over its uses.  A graph that lists a tied weight
-    under two names (one placeholder each) returns one partial gradient per name; sum them under
-    the canonical name so they compare with eager autograd's ``p.grad``.  Returns the outputs, the
-    keys to compare, and the ties found in the graph (extra name -> canonical name)."""
-    found = {a: c for a, c in ties.items() if f"grad:{a}" in got and f"grad:{c}" in got}
-    if not found:
-        return got, keys, {}
-    got = dict(got)
-    for a, c in found.items():
-        got[f"grad:{c}"] = got[f"grad:{c}"] + got.pop(f"grad:{a}")
-    return got, [k for k in keys if k.removeprefix("grad:") not in found or not k.startswith("grad:")], found
-
-
 # ---- why peaks differ -----------------------------------------------------------------------------
 def _storage_key(t: Any) -> int | None:
     if not isinstance(t, torch.Tensor) or t.layout != torch.strided:
@@ -279,8 +257,7 @@ def verify_module(module: nn.Module, inputs: Sequence[torch.Tensor],
     got, mem = mod.measure(tensors, "cpu")
     tracker = mem.pop("_tracker", None)
 
-    ties = tied_parameters(module)
-    got, keys, tied = combine_tied_gradients(got, list(g.outputs), ties)
+    keys = list(g.outputs)
     per = compare(got, ref, keys, rtol, atol)
     prof = memory_profile(g, order)
     measured, simulated = int(mem["measured_peak_bytes"]), int(prof.peak)
@@ -297,7 +274,6 @@ def verify_module(module: nn.Module, inputs: Sequence[torch.Tensor],
         "rtol": rtol, "atol": atol,
         "allclose": all(v["allclose"] for v in per.values()),
         "compared": len(per), "missing_reference": sorted(set(keys) - set(ref)),
-        "tied_parameters": tied,
     }
     if per:
         worst_abs = max(per, key=lambda k: per[k]["max_abs"])

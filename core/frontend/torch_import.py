@@ -142,7 +142,7 @@ def capture(
     except Exception as e:  # torch raises many exception types while tracing
         msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         raise ImportErrorMAGIS(f"could not capture the model: {type(e).__name__}: {msg}") from e
-    g = _convert(gm, sig, training, name, inputs)
+    g = _convert(gm, sig, training, name, inputs, _tied_parameters(model))
     if training and sgd_lr is not None:
         _append_sgd(g, sgd_lr)
     g.meta.update(
@@ -157,8 +157,19 @@ def capture(
     return g
 
 
+def _tied_parameters(model: nn.Module) -> dict[str, str]:
+    """Tied weights: every extra name of a shared parameter -> its ``named_parameters()`` name."""
+    canonical = {id(p): n for n, p in model.named_parameters()}
+    return {n: canonical[id(p)] for n, p in model.named_parameters(remove_duplicate=False)
+            if canonical.get(id(p), n) != n}
+
+
 def _convert(gm: torch.fx.GraphModule, sig: Any, training: bool, name: str,
-             inputs: tuple[torch.Tensor, ...]) -> Graph:
+             inputs: tuple[torch.Tensor, ...], ties: dict[str, str] | None = None) -> Graph:
+    """FX joint graph -> Graph.  A tied weight is one input under its ``named_parameters()`` name
+    (AOTAutograd lists each alias name as its own input) and its gradient is the sum of the
+    per-alias partial gradients, as eager autograd accumulates them."""
+    ties = ties or {}
     g = Graph(name)
     env: dict[str, Any] = {}  # fx node name -> TRef or tuple of TRefs
     params = dict(sig.inputs_to_parameters)
@@ -176,22 +187,36 @@ def _convert(gm: torch.fx.GraphModule, sig: Any, training: bool, name: str,
         return _const(a)
 
     out_node = None
+    param_nodes: dict[str, TRef] = {}
+    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    # canonical parameters first, so that alias names can point at them
+    placeholders.sort(key=lambda n: n.name in params and _strip(params[n.name]) in ties)
+    for n in placeholders:
+        if n.name in params and _strip(params[n.name]) in ties:
+            canon = ties[_strip(params[n.name])]
+            if canon not in param_nodes:
+                raise ImportErrorMAGIS(f"tied parameter {params[n.name]} without its canonical {canon}")
+            env[n.name] = param_nodes[canon]
+            continue
+        if n.name in params:
+            target, kind = "param:" + _strip(params[n.name]), TensorKind.WEIGHT
+        elif n.name in buffers:
+            target, kind = "buffer:" + _strip(buffers[n.name]), TensorKind.WEIGHT
+        elif n.name in user_inputs:
+            target, kind = f"input:{user_inputs.index(n.name)}", TensorKind.INPUT
+        else:
+            raise ImportErrorMAGIS(f"unexpected graph input {n.name}")
+        node = g.add_node(name=target.split(":", 1)[1] if kind != TensorKind.INPUT else
+                          f"input_{user_inputs.index(n.name)}", op="placeholder",
+                          kind=NodeKind.PLACEHOLDER, outputs=[_meta_of(n.meta["val"], kind)],
+                          target=target)
+        env[n.name] = TRef(node.id, 0)
+        if kind == TensorKind.WEIGHT:
+            param_nodes[target.split(":", 1)[1]] = env[n.name]
     for n in gm.graph.nodes:
         if n.op == "placeholder":
-            if n.name in params:
-                target, kind = "param:" + _strip(params[n.name]), TensorKind.WEIGHT
-            elif n.name in buffers:
-                target, kind = "buffer:" + _strip(buffers[n.name]), TensorKind.WEIGHT
-            elif n.name in user_inputs:
-                target, kind = f"input:{user_inputs.index(n.name)}", TensorKind.INPUT
-            else:
-                raise ImportErrorMAGIS(f"unexpected graph input {n.name}")
-            node = g.add_node(name=target.split(":", 1)[1] if kind != TensorKind.INPUT else
-                              f"input_{user_inputs.index(n.name)}", op="placeholder",
-                              kind=NodeKind.PLACEHOLDER, outputs=[_meta_of(n.meta["val"], kind)],
-                              target=target)
-            env[n.name] = TRef(node.id, 0)
-        elif n.op == "call_function":
+            continue
+        if n.op == "call_function":
             if n.target is __import__("operator").getitem:
                 env[n.name] = env[n.args[0].name][n.args[1]]
                 continue
@@ -211,6 +236,10 @@ def _convert(gm: torch.fx.GraphModule, sig: Any, training: bool, name: str,
                         outs[j].alias = a
                     elif isinstance(a, (list, tuple)) and a and isinstance(a[0], TRef):
                         outs[j].alias = a[0]
+            for j, nbytes in enumerate(ops.output_storage_bytes(op, args, kwargs, [
+                    g.tensor(r) for r in _refs(args, kwargs)], outs)):
+                if nbytes is not None and outs[j].alias is None:
+                    outs[j].storage_bytes = nbytes
             node = g.add_node(name=n.name, op=op, args=args, kwargs=kwargs, outputs=outs)
             env[n.name] = tuple(node.refs()) if multi else TRef(node.id, 0)
         elif n.op == "get_attr":  # a constant tensor created by the model code (e.g. a mask fill value)
@@ -229,6 +258,7 @@ def _convert(gm: torch.fx.GraphModule, sig: Any, training: bool, name: str,
     mutated = dict(sig.buffers_to_mutate)
     grads = dict(sig.backward_signature.gradients_to_parameters) if training else {}
     n_mut = len(mutated)
+    partial_grads: dict[str, list[TRef]] = {}
     for i, (o, nm) in enumerate(zip(outs, names, strict=True)):
         if o is None:
             continue
@@ -236,7 +266,10 @@ def _convert(gm: torch.fx.GraphModule, sig: Any, training: bool, name: str,
         if i < n_mut and nm in mutated:
             key = "buffer:" + _strip(mutated[nm])
         elif training and nm in grads and i >= n_mut + 1:
-            key = "grad:" + _strip(grads[nm])
+            pname = _strip(grads[nm])
+            key = "grad:" + ties.get(pname, pname)
+            partial_grads.setdefault(key, []).append(ref)
+            continue
         elif training:
             key = "loss"
         else:
@@ -244,9 +277,27 @@ def _convert(gm: torch.fx.GraphModule, sig: Any, training: bool, name: str,
         if key in g.outputs:
             key = f"{key}#{i}"
         g.outputs[key] = ref
+    for key, refs in partial_grads.items():
+        acc = refs[0]
+        for k, r in enumerate(refs[1:]):
+            t = g.tensor(acc)
+            node = g.add_node(name=f"accumulate_grad_{key.split(':', 1)[1].replace('.', '_')}_{k}",
+                              op="aten.add.Tensor", args=[acc, r],
+                              outputs=[TensorMeta(t.shape, t.dtype, TensorKind.GRADIENT)])
+            acc = TRef(node.id, 0)
+        g.outputs[key] = acc
     _assign_kinds(g, training)
     _assign_modules(g)
     return g
+
+
+def _refs(args: Any, kwargs: dict[str, Any]) -> list[TRef]:
+    from ..ir.graph import _collect_refs
+
+    found: list[TRef] = []
+    _collect_refs(args, found)
+    _collect_refs(list(kwargs.values()), found)
+    return found
 
 
 def _assign_kinds(g: Graph, training: bool) -> None:

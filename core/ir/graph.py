@@ -74,6 +74,7 @@ class TensorMeta:
     kind: TensorKind = TensorKind.ACTIVATION
     alias: TRef | None = None  # the tensor whose storage this one shares (a view)
     device: str = "device"  # "device" (accelerator memory) or "host" (swapped out)
+    storage_bytes: int | None = None  # when the op's storage is larger than the tensor (see ops)
 
     def __post_init__(self) -> None:
         self.shape = tuple(int(s) for s in self.shape)
@@ -93,6 +94,8 @@ class TensorMeta:
         """Bytes of this tensor's own storage (0 for a view: it shares its base's)."""
         if self.alias is not None:
             return 0
+        if self.storage_bytes is not None:
+            return self.storage_bytes
         return int(self.numel * self.itemsize)
 
     @property

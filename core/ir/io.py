@@ -72,6 +72,8 @@ def _enc_tensor(t: TensorMeta) -> dict[str, Any]:
         d["alias"] = [t.alias.node, t.alias.index]
     if t.device != "device":
         d["device"] = t.device
+    if t.storage_bytes is not None:
+        d["storage_bytes"] = t.storage_bytes
     return d
 
 
@@ -87,7 +89,10 @@ def _dec_tensor(d: dict[str, Any], where: str) -> TensorMeta:
     except ValueError:
         raise GraphError(f"{where}: unknown tensor kind {d.get('kind')!r}") from None
     alias = TRef(*d["alias"]) if d.get("alias") is not None else None
-    return TensorMeta(tuple(d["shape"]), d["dtype"], kind, alias, d.get("device", "device"))
+    sb = d.get("storage_bytes")
+    if sb is not None and (not isinstance(sb, int) or sb < 0):
+        raise GraphError(f"{where}: bad storage_bytes {sb!r}")
+    return TensorMeta(tuple(d["shape"]), d["dtype"], kind, alias, d.get("device", "device"), sb)
 
 
 # ---- graphs ------------------------------------------------------------------------------------

@@ -656,6 +656,33 @@ def output_aliases(op: str, n_outputs: int) -> tuple[int | None, ...]:
     return tuple(res)
 
 
+# Reductions whose eager kernels compute the unreduced result into the output and then resize it to
+# a scalar: resize never shrinks a storage, so the 0-dim result keeps the full broadcast size
+# (measured: mse_loss on a 4x8 float32 pair returns a scalar holding a 128-byte storage).
+# op -> position of its ``reduction`` argument (0 = none, 1 = mean (default), 2 = sum).
+_FULL_STORAGE_REDUCTIONS: dict[str, int] = {"aten.mse_loss.default": 2, "aten.smooth_l1_loss.default": 2}
+
+
+def output_storage_bytes(op: str, args: list[Any], kwargs: dict[str, Any], ins: list[TensorMeta],
+                         outs: list[TensorMeta]) -> list[int | None]:
+    """Storage bytes of each output when they differ from its shape's bytes (else None)."""
+    res: list[int | None] = [None] * len(outs)
+    pos = _FULL_STORAGE_REDUCTIONS.get(op)
+    if pos is not None and len(ins) >= 2 and outs:
+        reduction = args[pos] if pos < len(args) else kwargs.get("reduction", 1)
+        if reduction != 0:
+            shape = _broadcast(ins[0].shape, ins[1].shape)
+            res[0] = int(math.prod(shape) * outs[0].itemsize)
+    return res
+
+
+def _broadcast(a: tuple[int, ...], b: tuple[int, ...]) -> tuple[int, ...]:
+    n = max(len(a), len(b))
+    a = (1,) * (n - len(a)) + a
+    b = (1,) * (n - len(b)) + b
+    return tuple(max(x, y) for x, y in zip(a, b, strict=True))
+
+
 def emit(op: str) -> str:
     """The Python expression the code generator calls for ``op`` (``aten`` = ``torch.ops.aten``)."""
     return op
