@@ -1,0 +1,419 @@
+"""Callbacks: thin glue between the page and core.  Each one reads the server-side cache
+(``AppState``), calls a pure builder (figures / cyto / panels) and returns the result.  Errors a user
+can cause become a message at the top of the page; the server keeps running."""
+
+from __future__ import annotations
+
+import functools
+import logging
+import time
+
+from dash import ALL, Dash, Input, Output, State, ctx, html, no_update, set_props
+from dash.exceptions import PreventUpdate
+
+from core.cost import DEFAULT_DEVICE, DEVICES
+from core.ir.graph import GraphError
+
+from . import cyto, figures, panels
+from .modtree import Path
+from .state import AppError, AppState
+
+log = logging.getLogger("magis.app")
+PRIMARY_WAIT_EXTRA = 10.0  # seconds past the time budget a callback waits for the selected schedule
+OVERLAY_WAIT = 1.0  # seconds a callback waits for an overlaid schedule before polling for it
+GRAPH_BUDGET = 24  # elements in the initial collapsed view
+MAX_CHIPS = 14
+
+
+CY_OF = """function cyOf(id) {
+    const root = document.getElementById(id);
+    if (!root) { return null; }
+    const el = [root, ...root.querySelectorAll('*')].find(e => e._cyreg && e._cyreg.cy);
+    return el ? el._cyreg.cy : null;
+}"""
+
+SELECT_TAPPED = """function(d, gid) {
+    if (!d || d.nid === undefined || d.nid === null) { return window.dash_clientside.no_update; }
+    return {gid: gid, nid: d.nid};
+}"""
+
+# a click on the curve: the producers of the largest tensors alive at that step ride in the selected
+# schedule's points (customdata [step, schedule, [node ids]]), so no server round trip is needed
+LIVE_CLICKED = """function(click, gid, sched, device) {
+    const pts = ((click || {}).points || []).filter(p => p.customdata && p.customdata.length > 2);
+    if (!pts.length) { return window.dash_clientside.no_update; }
+    const cd = (pts.find(p => p.customdata[1] === sched) || pts[0]).customdata;
+    return {gid: gid, schedule: cd[1], device: device, step: cd[0], nodes: cd[2]};
+}"""
+
+MARK_SELECTED = "function(sel) {" + CY_OF + """
+    for (const id of ["graph", "domtree"]) {
+        const cy = cyOf(id);
+        if (!cy) { continue; }
+        cy.nodes(".sel").removeClass("sel");
+        if (sel) { cy.nodes().filter(n => n.data("nid") === sel.nid).addClass("sel"); }
+    }
+    return sel ? sel.nid : null;
+}"""
+
+
+def show_message(text: str | None, kind: str = "error") -> None:
+    set_props("messages", {"children": panels.message(text, kind) if text else None})
+
+
+def guarded(n_outputs: int):
+    """Turn exceptions into a message and leave the outputs unchanged."""
+
+    def deco(fn):
+        @functools.wraps(fn)
+        def wrapper(*args):
+            t0 = time.perf_counter()
+            try:
+                return fn(*args)
+            except PreventUpdate:
+                raise
+            except (AppError, GraphError) as e:
+                show_message(str(e))
+            except Exception as e:  # never a stack trace in the UI, never a dead server
+                log.exception("callback %s failed", fn.__name__)
+                show_message(f"Something went wrong ({fn.__name__}): {type(e).__name__}: {e}")
+            finally:
+                log.debug("callback %s took %.3f s", fn.__name__, time.perf_counter() - t0)
+            return no_update if n_outputs == 1 else (no_update,) * n_outputs
+
+        return wrapper
+
+    return deco
+
+
+def enc_paths(paths) -> list[str]:
+    return sorted(cyto.path_str(p) for p in paths)
+
+
+def dec_paths(items) -> set[Path]:
+    return {cyto.str_path(s) for s in items or []}
+
+
+def _for(store, gid):
+    return store if isinstance(store, dict) and store.get("gid") == gid else None
+
+
+# ---- outputs as functions of the cache (used by the callbacks and by the first page render) ---------
+def view_initial(state: AppState, gid: str) -> dict:
+    return {"gid": gid, "expanded": enc_paths(state.entry(gid).tree.initial_expanded(GRAPH_BUDGET))}
+
+
+def chips_of(state: AppState, view: dict) -> list:
+    tree = state.entry(view["gid"]).tree
+    paths = tree.collapsible(dec_paths(view["expanded"]))
+    if not paths:
+        return [html.Span("all modules collapsed", className="muted small")]
+    chips = [html.Button([tree.label(p), html.Span(" ×", className="x")],
+                         id={"type": "collapse", "index": cyto.path_str(p)}, n_clicks=0,
+                         className="chip" + (" chip-bwd" if tree.phase(p) == "bwd" else ""),
+                         title=f"collapse {tree.full_name(p)}")
+             for p in paths[:MAX_CHIPS]]
+    if len(paths) > MAX_CHIPS:
+        chips.append(html.Span(f"+{len(paths) - MAX_CHIPS} more", className="muted small"))
+    return [html.Span("expanded:", className="muted small")] + chips
+
+
+def graph_of(state: AppState, view: dict, live, hot, heat_mode: str, selected) -> list[dict]:
+    gid = view["gid"]
+    entry = state.entry(gid)
+    sel, lv, ht = _for(selected, gid), _for(live, gid), _for(hot, gid)
+    heat = entry.out_bytes
+    if heat_mode == "peak" and ht:
+        a = state.analysis(gid, ht["schedule"], ht.get("device", DEFAULT_DEVICE), wait=0)
+        heat = a.hot_bytes if a is not None else {}
+    return cyto.graph_elements(entry.graph, entry.tree, dec_paths(view["expanded"]), entry.tok, heat,
+                               hot=ht["nodes"] if ht else (), selected=sel["nid"] if sel else None,
+                               live=lv["nodes"] if lv else ())
+
+
+def domtree_of(state: AppState, view: dict, selected, live, hot, only_info: bool = False):
+    gid = view["gid"]
+    entry = state.entry(gid)
+    dt = entry.dom()
+    if dt is None:
+        return [], entry.dom_error
+    sel, lv, ht = _for(selected, gid), _for(live, gid), _for(hot, gid)
+    nid = sel["nid"] if sel else None
+    els = no_update if only_info else cyto.dom_elements(
+        entry.graph, dt, entry.dom_children(), entry.dom_sizes(), entry.tok, entry.out_bytes,
+        hot=ht["nodes"] if ht else (), selected=nid, live=lv["nodes"] if lv else ())
+    g = entry.graph
+    n = len(dt.reachable)
+    if n <= cyto.DOM_FULL_MAX:
+        info = f"{n} nodes reachable from {g[dt.entry].name}"
+    else:
+        info = (f"{n:,} nodes reachable from {g[dt.entry].name}: showing the neighbourhood of "
+                f"{g[nid].name if nid in dt.reachable else 'the entry'} (click a node to move there)")
+    if nid is not None and nid not in dt.reachable:
+        info += f" · {g[nid].name} is not reachable from the activation input"
+    return els, info
+
+
+def analysis_of(state: AppState, gid: str, device: str, sched: str, resident) -> tuple:
+    """(summary cards, hot-spot rows, hot store, note) -- None if the schedule is still running."""
+    entry = state.entry(gid)
+    base = state.analysis(gid, "traced", device)
+    cur = state.analysis(gid, sched, device, wait=state.time_budget + PRIMARY_WAIT_EXTRA)
+    if cur is None:
+        return None
+    g = entry.graph
+    rows = figures.hotspot_rows(g, cur.hot, include_resident=bool(resident))
+    res = [s for s in cur.hot if s.alloc < 0]
+    note = (f"{len(rows)} tensors" + ("" if resident else
+            f"; {len(res)} resident inputs & weights ({figures.fmt_bytes(sum(s.nbytes for s in res))}) "
+            "not listed") + f" · peak {figures.fmt_bytes(cur.sim.peak)} at step "
+            f"{cur.profile.peak_steps[0] if cur.profile.peak_steps else '-'} of {cur.name}")
+    cards = panels.summary_cards(entry.label, g, base, cur, device)
+    hot = {"gid": gid, "schedule": sched, "device": device, "nodes": sorted(cur.hot_nodes)}
+    return cards, rows, hot, note
+
+
+def memory_of(state: AppState, gid: str, device: str, sched: str, compare, xmode: str):
+    """(figure, key of what it draws, pending schedules, failure messages)."""
+    t0 = time.perf_counter()
+    g = state.entry(gid).graph
+    names = [sched] + [c for c in (compare or []) if c != sched]
+    curves, pending, failed = [], [], []
+    for name in names:
+        wait = state.time_budget + PRIMARY_WAIT_EXTRA if name == sched else OVERLAY_WAIT
+        try:
+            a = state.analysis(gid, name, device, wait=wait)
+        except AppError as e:
+            failed.append(str(e))
+            continue
+        if a is None:
+            pending.append(name)
+            continue
+        main = name == sched
+        curves.append(figures.Curve(name, a.profile, a.sim.start, a.sim.latency,
+                                    a.live_index() if main else None,
+                                    a.hover(g, figures.MAX_POINTS) if main else None))
+    key = [gid, device, xmode] + [c.name for c in curves]
+    fig = figures.memory_figure(g, curves, xmode, capacity=DEVICES[device].memory_bytes, pending=pending)
+    log.debug("memory figure for %s in %.3f s", gid, time.perf_counter() - t0)
+    return fig, key, pending, failed
+
+
+def first_render(state: AppState, gid: str, device: str = DEFAULT_DEVICE, sched: str = "traced",
+                 compare=("rpo",), xmode: str = "step", heat: str = "peak") -> dict:
+    """Every output of the first page, computed on the server: the page paints without waiting for a
+    chain of callbacks (they run on later changes only).  Raises like the callbacks would."""
+    compare = [c for c in compare if c in state.schedules()]
+    view = view_initial(state, gid)
+    res = analysis_of(state, gid, device, sched, [])
+    if res is None:
+        raise AppError(f"schedule {sched!r} is still being computed")
+    cards, rows, hot, note = res
+    fig, key, pending, failed = memory_of(state, gid, device, sched, compare, xmode)
+    dom_els, dom_info = domtree_of(state, view, None, None, hot)
+    return {
+        "view": view, "hot": hot, "summary": cards, "hotspots": rows, "hot-note": note,
+        "memory": fig, "mem-drawn": key, "poll-disabled": not pending,
+        "mem-status": ("computing " + ", ".join(pending) + " ...") if pending else "",
+        "messages": panels.message("; ".join(failed)) if failed else None,
+        "chips": chips_of(state, view), "graph": graph_of(state, view, None, hot, heat, None),
+        "domtree": dom_els, "dom-info": dom_info, "compare": compare,
+    }
+
+
+def register(app: Dash, state: AppState) -> None:
+    # ---- model picker & upload --------------------------------------------------------------------
+    @app.callback(Output("model", "options"), Output("model", "value"), Output("upload", "contents"),
+                  Input("upload", "contents"), State("upload", "filename"), prevent_initial_call=True)
+    def on_upload(contents, filename):
+        if not contents:
+            raise PreventUpdate
+        name = filename or "upload"
+        try:
+            gid = state.add_upload(contents, filename)
+        except (GraphError, AppError) as e:
+            show_message(f"Could not load {name!r}: {e}")
+            return no_update, no_update, None
+        except Exception as e:  # anything else is still the file's fault, not a reason to crash
+            log.exception("upload failed")
+            show_message(f"Could not load {name!r}: {type(e).__name__}: {e}")
+            return no_update, no_update, None
+        g = state.entry(gid).graph
+        show_message(f"Loaded {name}: {len(g.ops()):,} ops, {len(g.placeholders()):,} inputs & weights.", "ok")
+        return state.model_options(), gid, None
+
+    @app.callback(Output("messages", "children"), Input("msg-close", "n_clicks"), prevent_initial_call=True)
+    def on_dismiss(n):
+        if not n:
+            raise PreventUpdate
+        return None
+
+    # ---- view state: expansion, selection, live tensors ------------------------------------------
+    @app.callback(
+        Output("view", "data"), Output("selected", "data"), Output("live", "data"),
+        Output("graph", "elements", allow_duplicate=True),
+        Input("model", "value"), Input("graph", "tapNodeData"), Input("domtree", "tapNodeData"),
+        Input("hotspots", "active_cell"),
+        Input({"type": "collapse", "index": ALL}, "n_clicks"), Input("collapse-all", "n_clicks"),
+        Input("reset-view", "n_clicks"),
+        State("view", "data"), State("selected", "data"), State("live", "data"), State("hot", "data"),
+        State("heat", "value"), prevent_initial_call=True)
+    @guarded(4)
+    def on_view(gid, tap, dom_tap, cell, _chips, _all, _reset, view, selected, live, hot, heat):
+        # (clicks on the memory curve are handled in the browser: LIVE_CLICKED)
+        new_view, new_sel, new_live = _on_view(gid, tap, dom_tap, cell, view)
+        if not isinstance(new_view, dict) or ctx.triggered_id in ("model", "reset-view"):
+            return new_view, new_sel, new_live, no_update  # on_graph draws (it waits for the hot-spots)
+        # expanding / collapsing / revealing: draw right here, one round trip instead of two
+        new_view["drawn"] = True
+        sel = new_sel if isinstance(new_sel, dict) else selected
+        lv = new_live if isinstance(new_live, dict) else live
+        return new_view, new_sel, new_live, graph_of(state, new_view, lv, hot, heat, sel)
+
+    def _on_view(gid, tap, dom_tap, cell, view):
+        entry = state.entry(gid)
+        tree = entry.tree
+        trig = ctx.triggered_id
+        view = _for(view, gid)
+        if trig in (None, "model", "reset-view") or view is None:
+            keep = no_update if trig == "reset-view" else None
+            return view_initial(state, gid), keep, keep
+        expanded = dec_paths(view["expanded"])
+
+        def new_view(paths):
+            return {"gid": gid, "expanded": enc_paths(paths)} if paths != expanded else no_update
+
+        def select(nid: int):
+            if nid not in entry.graph.nodes:
+                raise PreventUpdate
+            return new_view(tree.reveal(expanded, nid)), {"gid": gid, "nid": nid}, no_update
+
+        if trig == "collapse-all":
+            return new_view(set()), no_update, no_update
+        if isinstance(trig, dict) and trig.get("type") == "collapse":
+            if not ctx.triggered[0].get("value"):
+                raise PreventUpdate  # a chip was (re)rendered, not clicked
+            return new_view(tree.collapse(expanded, cyto.str_path(trig["index"]))), no_update, no_update
+        if trig == "graph":
+            if not tap or not str(tap.get("id", "")).startswith(entry.tok + "-"):
+                raise PreventUpdate
+            if "nid" in tap:
+                raise PreventUpdate  # selecting an op is done in the browser (SELECT_TAPPED)
+            if "group" in tap:
+                return new_view(tree.expand(expanded, cyto.str_path(tap["group"]))), no_update, no_update
+            raise PreventUpdate
+        if trig == "domtree":
+            if not dom_tap or "nid" not in dom_tap or not str(dom_tap.get("id", "")).startswith(entry.tok + "-"):
+                raise PreventUpdate
+            return select(int(dom_tap["nid"]))
+        if trig == "hotspots":
+            if not cell or cell.get("row_id") is None:
+                raise PreventUpdate
+            return select(int(str(cell["row_id"]).split(":")[0]))
+        raise PreventUpdate
+
+    @app.callback(Output("chips", "children"), Input("view", "data"), prevent_initial_call=True)
+    @guarded(1)
+    def on_chips(view):
+        if not view:
+            raise PreventUpdate
+        return chips_of(state, view)
+
+    # ---- graph & dominator tree -------------------------------------------------------------------
+    @app.callback(Output("graph", "elements"), Input("view", "data"), Input("live", "data"),
+                  Input("hot", "data"), Input("heat", "value"), State("selected", "data"),
+                  prevent_initial_call=True)
+    @guarded(1)
+    def on_graph(view, live, hot, heat_mode, selected):
+        # the selection is marked in the browser (MARK_SELECTED); it only rides along here
+        if not view:
+            raise PreventUpdate
+        if ctx.triggered_id == "view" and len(ctx.triggered) == 1 and view.get("drawn"):
+            raise PreventUpdate  # on_view already sent the elements of this view
+        return graph_of(state, view, live, hot, heat_mode, selected)
+
+    # instant feedback without a server round trip: select a tapped op, pick live tensors from the
+    # curve (their producers ride in the point's customdata), and mark the selection in both views
+    app.clientside_callback(SELECT_TAPPED, Output("selected", "data", allow_duplicate=True),
+                            Input("graph", "tapNodeData"), State("model", "value"), prevent_initial_call=True)
+    app.clientside_callback(LIVE_CLICKED, Output("live", "data", allow_duplicate=True),
+                            Input("memory", "clickData"), State("model", "value"), State("schedule", "value"),
+                            State("device", "value"), prevent_initial_call=True)
+    app.clientside_callback(MARK_SELECTED, Output("sel-marked", "data"), Input("selected", "data"))
+
+    app.clientside_callback(
+        """function(d) {
+            if (!d) { return ""; }
+            if (d.group) { return d.name + " · " + d.members + " nodes · " + d.bytes + " · click to expand"; }
+            return (d.name || "") + (d.module ? " · " + d.module : "") + " · " + (d.bytes || "");
+        }""",
+        Output("graph-hover", "children"), Input("graph", "mouseoverNodeData"))
+
+    @app.callback(Output("domtree", "elements"), Output("dom-info", "children"), Input("view", "data"),
+                  Input("selected", "data"), Input("live", "data"), Input("hot", "data"),
+                  prevent_initial_call=True)
+    @guarded(2)
+    def on_domtree(view, selected, live, hot):
+        if not view:
+            raise PreventUpdate
+        entry = state.entry(view["gid"])
+        dt = entry.dom()
+        # whole tree drawn: the browser marks the selection (MARK_SELECTED), only the info changes
+        only_info = ctx.triggered_id == "selected" and dt is not None and len(dt.reachable) <= cyto.DOM_FULL_MAX
+        return domtree_of(state, view, selected, live, hot, only_info)
+
+    # ---- details ----------------------------------------------------------------------------------
+    @app.callback(Output("details", "children"), Input("selected", "data"), Input("live", "data"),
+                  Input("schedule", "value"), Input("device", "value"), State("model", "value"),
+                  prevent_initial_call=True)
+    @guarded(1)
+    def on_details(selected, live, sched, device, gid):
+        entry = state.entry(gid)
+        g = entry.graph
+        parts = []
+        lv = _for(live, gid)
+        if lv:
+            a = state.analysis(gid, lv["schedule"], lv.get("device", device), wait=0)
+            if a is not None:
+                step = lv["step"]
+                parts.append(panels.live_details(g, a, step, a.profile.live_at(step)))
+        sel = _for(selected, gid)
+        if sel:
+            a = state.analysis(gid, sched, device, wait=0)
+            parts.append(panels.node_details(g, sel["nid"], a, entry.dom()))
+        if not parts:
+            raise PreventUpdate
+        return parts
+
+    # ---- summary & hot-spots ----------------------------------------------------------------------
+    @app.callback(Output("summary", "children"), Output("hotspots", "data"), Output("hot", "data"),
+                  Output("hot-note", "children"),
+                  Input("model", "value"), Input("device", "value"), Input("schedule", "value"),
+                  Input("hot-resident", "value"), Input("poll", "n_intervals"), State("hot", "data"),
+                  prevent_initial_call=True)
+    @guarded(4)
+    def on_analysis(gid, device, sched, resident, _poll, hot):
+        if ctx.triggered_id == "poll" and _for(hot, gid) and hot.get("schedule") == sched \
+                and hot.get("device") == device:
+            raise PreventUpdate  # already showing this schedule
+        res = analysis_of(state, gid, device, sched, resident)
+        if res is None:
+            show_message(f"schedule {sched!r} is still being computed for {state.label(gid)} ...", "info")
+            raise PreventUpdate
+        return res
+
+    # ---- memory over time -------------------------------------------------------------------------
+    @app.callback(Output("memory", "figure"), Output("poll", "disabled"), Output("mem-status", "children"),
+                  Output("mem-drawn", "data"),
+                  Input("model", "value"), Input("device", "value"), Input("schedule", "value"),
+                  Input("compare", "value"), Input("xmode", "value"), Input("poll", "n_intervals"),
+                  State("mem-drawn", "data"), prevent_initial_call=True)
+    @guarded(4)
+    def on_memory(gid, device, sched, compare, xmode, _poll, drawn):
+        fig, key, pending, failed = memory_of(state, gid, device, sched, compare, xmode)
+        if ctx.triggered_id == "poll" and key == drawn:
+            return no_update, not pending, no_update, no_update  # nothing new finished
+        if failed:
+            show_message("; ".join(failed))
+        status = ("computing " + ", ".join(pending) + " ...") if pending else ""
+        return fig, not pending, status, key

@@ -1,0 +1,178 @@
+"""The page: a header with the model / upload / device pickers, summary cards, and a tab bar whose
+tabs are the workspace panels.  The first release has one tab, "Memory analysis" (graph, dominator
+tree, node details, memory over time, hot-spots); later panels (F-Tree, Pareto sweep, rule stepping,
+export) are added as further entries of ``workspace_tabs``."""
+
+from __future__ import annotations
+
+import warnings
+
+import dash_cytoscape as cyto
+from dash import dash_table, dcc, html
+from dash.dash_table.Format import Format, Scheme, Symbol
+
+from core.cost import DEFAULT_DEVICE, DEVICES
+
+from .cyto import DOM_LAYOUT, LAYOUT, stylesheet
+from .figures import HOTSPOT_COLUMNS
+from .state import AppState
+
+
+def header(state: AppState, initial: str) -> html.Header:
+    return html.Header([
+        html.Div([html.Span("MAGIS", className="brand-strong"), html.Span(" Studio", className="brand-light")],
+                 className="brand"),
+        html.Div([
+            html.Label("model", htmlFor="model"),
+            dcc.Dropdown(id="model", options=state.model_options(), value=initial, clearable=False,
+                         searchable=True, className="model-dd"),
+        ], className="ctl ctl-model"),
+        dcc.Upload(id="upload", children=html.Div(["drop or ", html.A("upload a graph file"),
+                                                   html.Span(" (.json / .json.gz from magis import)",
+                                                             className="muted")]),
+                   className="upload", multiple=False, accept=".json,.gz,application/json,application/gzip",
+                   max_size=256 * 1024 * 1024),
+        html.Div([
+            html.Label("device", htmlFor="device"),
+            dcc.Dropdown(id="device", value=DEFAULT_DEVICE, clearable=False, searchable=False,
+                         options=[{"label": f"{k} ({v.memory_bytes // 2**30} GiB)", "value": k}
+                                  for k, v in DEVICES.items()], className="device-dd"),
+        ], className="ctl ctl-device"),
+    ], className="top")
+
+
+def graph_panel(init: dict) -> html.Section:
+    return html.Section([
+        html.Div([html.H3("Computation graph"),
+                  html.Span("collapsed by module · click a group to expand it, an op for its details",
+                            className="muted hint"),
+                  html.Div([
+                      html.Span("colour", className="muted"),
+                      dcc.RadioItems(id="heat", value="peak", inline=True, className="heat-mode", options=[
+                          {"label": "bytes at peak", "value": "peak"},
+                          {"label": "output bytes", "value": "out"}]),
+                      html.Span(className="heat-bar"), html.Span("hot-spot", className="lg-hot"),
+                      html.Span("picked on curve", className="lg-live"),
+                      html.Span("∇ / dashed: backward", className="muted")], className="legend")],
+                 className="panel-head"),
+        html.Div([html.Div(init.get("chips"), id="chips", className="chips"),
+                  html.Button("collapse all", id="collapse-all", n_clicks=0, className="btn"),
+                  html.Button("reset view", id="reset-view", n_clicks=0, className="btn")],
+                 className="chip-row"),
+        dcc.Loading(cyto.Cytoscape(
+            id="graph", elements=init.get("graph", []), layout=LAYOUT, stylesheet=stylesheet(), minZoom=0.05, maxZoom=3,
+            clearOnUnhover=True,
+            autounselectify=True, boxSelectionEnabled=False,
+            style={"width": "100%", "height": "600px"}), type="dot", delay_show=400,
+            overlay_style={"visibility": "visible", "opacity": 0.6}),
+        html.Div(id="graph-hover", className="muted small hover-line"),
+    ], className="panel graph-panel")
+
+
+def side_panel(init: dict) -> html.Section:
+    return html.Section([
+        html.Div([html.H3("Dominator tree"),
+                  html.Span("from the activation input; in sync with the graph", className="muted hint")],
+                 className="panel-head"),
+        cyto.Cytoscape(id="domtree", elements=init.get("domtree", []), layout=DOM_LAYOUT, stylesheet=stylesheet(dom=True),
+                       minZoom=0.05, maxZoom=1.3, autounselectify=True, boxSelectionEnabled=False,
+                       style={"width": "100%", "height": "280px"}),
+        html.Div(init.get("dom-info"), id="dom-info", className="muted small"),
+        html.Div(html.Div("Click an op in the graph, the dominator tree or the hot-spot table.",
+                          className="muted"), id="details", className="details-box"),
+    ], className="panel side-panel")
+
+
+def memory_panel(schedules: list[str], init: dict) -> html.Section:
+    opts = [{"label": s, "value": s} for s in schedules]
+    return html.Section([
+        html.Div([html.H3("Memory over time"),
+                  html.Div([
+                      html.Label("schedule", htmlFor="schedule"),
+                      dcc.Dropdown(id="schedule", options=opts, value="traced", clearable=False,
+                                   searchable=False, className="sched-dd"),
+                      html.Label("compare"),
+                      dcc.Checklist(id="compare", options=opts,
+                                    value=init.get("compare", ["rpo"] if "rpo" in schedules else []),
+                                    inline=True, className="compare"),
+                      dcc.RadioItems(id="xmode", options=[{"label": "step", "value": "step"},
+                                                          {"label": "time", "value": "time"}],
+                                     value="step", inline=True, className="xmode"),
+                  ], className="mem-controls"),
+                  html.Span(init.get("mem-status"), id="mem-status", className="muted small")],
+                 className="panel-head"),
+        dcc.Loading(dcc.Graph(id="memory", figure=init.get("memory", {}),
+                              config={"displaylogo": False, "responsive": True},
+                              style={"height": "360px"}, clear_on_unhover=True),
+                    type="dot", delay_show=400, overlay_style={"visibility": "visible", "opacity": 0.6}),
+        html.Div("hover a step for the largest live tensors; click it to outline them in the graph",
+                 className="muted small"),
+        dcc.Interval(id="poll", interval=1000, disabled=init.get("poll-disabled", True)),
+        dcc.Store(id="mem-drawn", data=init.get("mem-drawn")),
+    ], className="panel memory-panel")
+
+
+def hotspot_panel(init: dict) -> html.Section:
+    si_bytes = Format(precision=3, scheme=Scheme.decimal_si_prefix).symbol(Symbol.yes).symbol_suffix("B")
+    cols = [{"name": name, "id": cid, "type": "numeric" if cid in ("bytes", "alloc", "free", "lifetime") else "text"}
+            | ({"format": si_bytes} if cid == "bytes" else {}) for cid, name in HOTSPOT_COLUMNS]
+    return html.Section([
+        html.Div([html.H3("Memory hot-spots"),
+                  html.Span("tensors alive at the peak of the selected schedule; click a row to find it",
+                            className="muted hint"),
+                  dcc.Checklist(id="hot-resident", options=[{"label": "include inputs & weights",
+                                                             "value": "resident"}], value=[], inline=True)],
+                 className="panel-head"),
+        _table(
+            id="hotspots", columns=cols, data=init.get("hotspots", []), sort_action="native", filter_action="native",
+            page_action="native", page_size=12, sort_by=[{"column_id": "bytes", "direction": "desc"}],
+            style_table={"overflowX": "auto"}, cell_selectable=True,
+            style_cell={"fontFamily": "inherit", "fontSize": 12, "padding": "3px 8px", "textAlign": "left",
+                        "maxWidth": 280, "overflow": "hidden", "textOverflow": "ellipsis"},
+            style_header={"fontWeight": 600, "backgroundColor": "#f3f4f6"},
+            style_data_conditional=[{"if": {"state": "active"}, "backgroundColor": "#fee2e2",
+                                     "border": "1px solid #dc2626"}],
+            tooltip_duration=None),
+        html.Div(init.get("hot-note"), id="hot-note", className="muted small"),
+    ], className="panel hot-panel")
+
+
+def _table(**kw) -> dash_table.DataTable:
+    # DataTable is deprecated in favour of dash-ag-grid (not a dependency here); it works in dash 4
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=r"\s*The dash_table.DataTable will be removed",
+                                category=DeprecationWarning)
+        return dash_table.DataTable(**kw)
+
+
+def analysis_tab(schedules: list[str], init: dict) -> html.Div:
+    return html.Div([
+        html.Div([graph_panel(init), side_panel(init)], className="row-graph"),
+        memory_panel(schedules, init),
+        hotspot_panel(init),
+    ], className="tab-body")
+
+
+def workspace_tabs(schedules: list[str], init: dict) -> list[dcc.Tab]:
+    """The workspace panels, one tab each."""
+    return [dcc.Tab(analysis_tab(schedules, init), label="Memory analysis", value="analysis")]
+
+
+def build_layout(state: AppState, initial: str, init: dict | None = None) -> html.Div:
+    """The page; ``init`` holds the first render's outputs (``callbacks.first_render``) so the page
+    paints without waiting for callbacks."""
+    schedules = state.schedules()
+    init = init or {}
+    return html.Div([
+        header(state, initial),
+        html.Div(init.get("messages"), id="messages", className="messages"),
+        dcc.Loading(html.Div(init.get("summary"), id="summary", className="cards"), type="dot", delay_show=400),
+        dcc.Tabs(workspace_tabs(schedules, init), id="tabs", value="analysis", className="tabs"),
+        dcc.Store(id="view", data=init.get("view")),  # {"gid", "expanded": [paths]}
+        dcc.Store(id="selected"),  # {"gid", "nid"}
+        dcc.Store(id="live"),  # {"gid", "schedule", "step", "nodes"}
+        dcc.Store(id="hot", data=init.get("hot")),  # {"gid", "schedule", "device", "nodes"}
+        dcc.Store(id="sel-marked"),  # written by the clientside selection marker
+        html.Footer("MAGIS Studio · graphs are parsed as JSON only; nothing uploaded is executed",
+                    className="muted small foot"),
+    ], className="page")

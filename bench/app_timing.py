@@ -1,0 +1,281 @@
+"""Web-app timings measured in headless Chromium: first render, model switch, and interactions.
+
+    python bench/app_timing.py [--runs 3] [--big gpt_neo_1_3b] [--extra btlm_3b]
+
+Serves the app from a thread (127.0.0.1, free port), drives it with playwright and prints one row per
+action with the median (and max) wall time from the action to the page showing its result:
+
+* first render (cold): the page loaded right after the server started (the server warms its cache
+  in the background meanwhile) -- until the summary, the memory curve and the laid-out graph show;
+* first render (warm): the same page loaded again;
+* switch model: picking a model in the dropdown until its summary, curve and graph show;
+* click group / click op / hover curve / click curve / switch schedule: interactions on the big model.
+
+Targets (from the issue): first render of bert_tiny < 2 s, switching to gpt_neo_1_3b < 5 s,
+interactions < 300 ms.  Writes bench/results/app_timing.json as well.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import threading
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+CHROMIUM = "/usr/bin/chromium"
+FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+         "--disable-component-update", "--disable-sync", "--no-first-run", "--disable-quic",
+         "--window-size=1280,900"]
+CY = """(id) => { const root = document.getElementById(id); if (!root) return null;
+  const el = [root, ...root.querySelectorAll('*')].find(e => e._cyreg && e._cyreg.cy);
+  return el ? el._cyreg.cy : null; }"""
+TIMEOUT = 120_000
+
+
+def cyjs(js: str) -> str:
+    return f"([id, arg]) => {{ const cy = ({CY})(id); if (!cy) return null; return ({js}); }}"
+
+
+HOOK = cyjs("(cy.__hooked || (cy.on('layoutstop', () => { window.__layouts = (window.__layouts || 0) + 1; }),"
+            " cy.__hooked = true), true)")
+
+
+def layouts(pg) -> int:
+    return pg.evaluate("() => window.__layouts || 0")
+
+
+def graph_token(pg) -> str:
+    return pg.evaluate(cyjs("cy.nodes().length ? cy.nodes()[0].id().split('-')[0] : ''"), ["graph", None]) or ""
+
+
+LAID_OUT = cyjs("cy.nodes().length > 0 && cy.nodes()[0].id().split('-')[0] !== arg && "
+                "cy.nodes().some(n => n.position('x') !== 0 || n.position('y') !== 0)")
+
+
+def ready(pg, model: str, old_token: str = "", timeout: float = TIMEOUT) -> None:
+    """Summary shows ``model``, the memory curve is drawn and the new graph is laid out."""
+    pg.wait_for_function("(m) => document.querySelector('#summary .card.model .card-value')?.innerText.trim() === m"
+                         " && document.querySelector('#memory .scatterlayer .trace')", arg=model, timeout=timeout,
+                         polling="raf")
+    pg.wait_for_function(LAID_OUT, arg=["graph", old_token], timeout=timeout, polling="raf")
+    pg.evaluate(HOOK, ["graph", None])
+
+
+def tap(pg, elem: str, pred: str) -> dict:
+    found = pg.evaluate(cyjs(f"""(() => {{
+        const n = cy.nodes().filter(n => ({pred}))[0];
+        if (!n) return null;
+        cy.center(n);
+        const p = n.renderedPosition(), r = cy.container().getBoundingClientRect();
+        return {{x: r.left + p.x, y: r.top + p.y, data: n.data()}};
+    }})()"""), [elem, None])
+    if found is None:
+        raise RuntimeError(f"no node matching {pred} in #{elem}")
+    pg.mouse.click(found["x"], found["y"])
+    return found["data"]
+
+
+def plot_xy(pg, step: int, value: float) -> tuple[float, float]:
+    return pg.evaluate("""([step, value]) => {
+        const gd = document.querySelector('#memory .js-plotly-plot');
+        const L = gd._fullLayout, r = gd.getBoundingClientRect();
+        return [r.left + L._size.l + L.xaxis.d2p(step), r.top + L._size.t + L.yaxis.d2p(value)];
+    }""", [step, value])
+
+
+def pick(pg, dd: str, label: str) -> None:
+    import re
+
+    pg.locator(f"#{dd}").click()
+    pg.get_by_role("option", name=re.compile(rf"^{re.escape(label)}\b")).first.click()
+
+
+def readme_screenshot(browser, path: str, sample: str = "bert_tiny") -> None:
+    """The README's picture: a sample with a group expanded, an op selected and the tensors alive at
+    the peak picked on the memory curve."""
+    import logging
+
+    from werkzeug.serving import make_server
+
+    from app.main import create_app
+
+    logging.getLogger("werkzeug").setLevel(logging.ERROR)
+    app = create_app(initial_sample=sample)
+    srv = make_server("127.0.0.1", 0, app.server, threaded=True)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    ctx = browser.new_context(viewport={"width": 1440, "height": 1345}, device_scale_factor=1)
+    pg = ctx.new_page()
+    pg.set_default_timeout(TIMEOUT)
+    pg.goto(f"http://127.0.0.1:{srv.server_port}/")
+    ready(pg, sample)
+    pg.wait_for_timeout(800)
+    an = app.magis_state.analysis(f"sample:{sample}", "traced", "rtx3090")
+    step = an.profile.peak_steps[0]
+    x, y = plot_xy(pg, step, an.profile.peak * 0.5)
+    pg.mouse.click(x, y)
+    pg.wait_for_function(cyjs("cy.nodes('.live').length > 0"), arg=["graph", None], polling="raf")
+    pg.wait_for_timeout(500)
+    live = set(pg.evaluate(cyjs("cy.nodes('.live.op').map(n => n.data('nid'))"), ["graph", None]) or [])
+    pg.locator("#graph").scroll_into_view_if_needed()
+    # select an op that is drawn (one picked on the curve if any) to show its details
+    d = tap(pg, "graph", f"n.hasClass('op') && {json.dumps(sorted(live))}.includes(n.data('nid'))") if live \
+        else tap(pg, "graph", "n.hasClass('op')")
+    pg.wait_for_selector(f"#details [data-nid='{d['nid']}']")
+    pg.evaluate(cyjs("cy.fit(undefined, 16)"), ["graph", None])
+    pg.wait_for_timeout(1200)
+    pg.evaluate("() => window.scrollTo(0, 0)")
+    mid = int(len(an.profile.order) * 0.55)  # show the hover (largest live tensors) mid-curve
+    pg.mouse.move(*plot_xy(pg, mid, float(an.profile.step_bytes[mid]) * 0.5))
+    pg.wait_for_timeout(600)
+    pg.screenshot(path=path, full_page=False)
+    ctx.close()
+    srv.shutdown()
+    app.magis_state.shutdown()
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--small", default="bert_tiny", help="the small model (and the screenshot's)")
+    ap.add_argument("--big", default="gpt_neo_1_3b")
+    ap.add_argument("--extra", nargs="*", default=["btlm_3b"], help="more models to time switching to")
+    ap.add_argument("--json", default=str(ROOT / "bench" / "results" / "app_timing.json"))
+    ap.add_argument("--screenshot", metavar="PNG", help="also save the README screenshot here "
+                    "(e.g. assets/screenshot.png) and exit")
+    a = ap.parse_args()
+    if not Path(CHROMIUM).exists():
+        print(f"{CHROMIUM} missing: apt-get install -y chromium chromium-driver")
+        return 1
+    import logging
+
+    from playwright.sync_api import sync_playwright
+    from werkzeug.serving import make_server
+
+    logging.getLogger("werkzeug").setLevel(logging.ERROR)
+    if os.environ.get("MAGIS_BENCH_LOG"):  # per-callback server times on stderr
+        logging.basicConfig(level=logging.WARNING, format="%(relativeCreated)8.0f ms %(message)s")
+        logging.getLogger("magis.app").setLevel(logging.DEBUG)
+    from app.figures import fmt_bytes
+    from app.main import create_app
+
+    rows: dict[str, list[float]] = {}
+
+    def rec(name: str, seconds: float) -> None:
+        rows.setdefault(name, []).append(seconds)
+
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=FLAGS)
+        if a.screenshot:
+            readme_screenshot(browser, a.screenshot, a.small)
+            print(f"wrote {a.screenshot}")
+            browser.close()
+            return 0
+        for run in range(a.runs):
+            app = create_app(initial_sample=a.small)  # a fresh server (and cache) per run
+            state = app.magis_state
+            srv = make_server("127.0.0.1", 0, app.server, threaded=True)
+            threading.Thread(target=srv.serve_forever, daemon=True).start()
+            url = f"http://127.0.0.1:{srv.server_port}/"
+            ctx = browser.new_context(viewport={"width": 1400, "height": 1000})
+            pg = ctx.new_page()
+            pg.set_default_timeout(TIMEOUT)
+            t0 = time.perf_counter()
+            pg.goto(url)
+            ready(pg, a.small)
+            rec(f"first render {a.small} (cold server)", time.perf_counter() - t0)
+            t0 = time.perf_counter()
+            pg.reload()
+            ready(pg, a.small)
+            rec(f"first render {a.small} (warm)", time.perf_counter() - t0)
+
+            for model in [a.big, *a.extra, a.small]:
+                tok = graph_token(pg)
+                t0 = time.perf_counter()
+                pick(pg, "model", model)
+                ready(pg, model, tok)
+                rec(f"switch model -> {model}" + (" (cached)" if model == a.small else ""), time.perf_counter() - t0)
+            # interactions on the big model
+            tok = graph_token(pg)
+            pick(pg, "model", a.big)
+            ready(pg, a.big, tok)
+            gid = f"sample:{a.big}"
+            an = state.analysis(gid, "traced", "rtx3090")
+            pg.locator("#graph").scroll_into_view_if_needed()
+            pg.wait_for_timeout(300)
+            n0 = layouts(pg)
+            t0 = time.perf_counter()
+            grp = tap(pg, "graph", "n.hasClass('group') && n.data('members') > 20 && n.data('members') < 400")
+            pg.wait_for_function("(n) => (window.__layouts || 0) > n", arg=n0, polling="raf")
+            rec("click group (expand + layout)", time.perf_counter() - t0)
+            logging.getLogger("magis.app").debug("---- click group done")
+            assert grp
+            pg.wait_for_timeout(300)
+            t0 = time.perf_counter()
+            op = tap(pg, "graph", "n.hasClass('op')")
+            pg.wait_for_selector(f"#details [data-nid='{op['nid']}']")
+            rec("click op (details)", time.perf_counter() - t0)
+            logging.getLogger("magis.app").debug("---- click op done")
+            step = an.profile.peak_steps[0]
+            pg.locator("#memory").scroll_into_view_if_needed()
+            pg.wait_for_timeout(300)
+            x, y = plot_xy(pg, step, an.profile.peak * 0.5)
+            pg.mouse.move(x - 40, y)
+            pg.wait_for_timeout(200)
+            t0 = time.perf_counter()
+            pg.mouse.move(x, y)
+            try:
+                pg.wait_for_function("() => (document.querySelector('#memory .hoverlayer')?.textContent || '')"
+                                     ".includes('largest live tensors')", polling="raf", timeout=10_000)
+            except Exception:
+                print("hover shows:", pg.evaluate("() => document.querySelector('#memory .hoverlayer')?.textContent"),
+                      "expected step", step, file=sys.stderr)
+                pg.screenshot(path="/tmp/hover_fail.png")
+                raise
+            rec("hover curve (top live tensors)", time.perf_counter() - t0)
+            t0 = time.perf_counter()
+            pg.mouse.click(x, y)
+            pg.wait_for_function("() => (document.querySelector('#live-title')?.innerText || '')"
+                                 ".includes('live at step')", polling="raf")
+            pg.wait_for_function(cyjs("cy.nodes('.live').length > 0"), arg=["graph", None], polling="raf")
+            rec("click curve (highlight in graph)", time.perf_counter() - t0)
+            other = state.analysis(gid, "rpo", "rtx3090")
+            t0 = time.perf_counter()
+            pick(pg, "schedule", "rpo")
+            pg.wait_for_function("(v) => document.querySelector('#schedule-peak')?.innerText.trim() === v "
+                                 "&& document.querySelector('#summary .card.peak .card-title')?.innerText"
+                                 ".toLowerCase().includes('rpo')", arg=fmt_bytes(other.sim.peak), polling="raf")
+            rec("switch schedule (rpo, cached)", time.perf_counter() - t0)
+            ctx.close()
+            srv.shutdown()
+            state.shutdown()
+            print(f"run {run + 1}/{a.runs} done", file=sys.stderr, flush=True)
+        browser.close()
+
+    targets = {f"first render {a.small}": 2.0, f"switch model -> {a.big}": 5.0, "click": 0.3, "hover": 0.3}
+    load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
+    print(f"\nMAGIS Studio app timings, headless Chromium, {a.runs} run(s) (median / max); "
+          f"{os.cpu_count()} CPUs, load average {load}\n")
+    head = f"{'action':<44}{'median s':>10}{'max s':>9}  target"
+    print(head)
+    print("-" * (len(head) + 6))
+    out = []
+    for name, vals in rows.items():
+        target = next((t for k, t in targets.items() if name.startswith(k)), None)
+        med = statistics.median(vals)
+        ok = "" if target is None else (f"< {target:g} s " + ("ok" if med < target else "MISSED"))
+        print(f"{name:<44}{med:>10.3f}{max(vals):>9.3f}  {ok}")
+        out.append({"action": name, "median_s": med, "max_s": max(vals), "runs": vals, "target_s": target})
+    Path(a.json).parent.mkdir(parents=True, exist_ok=True)
+    Path(a.json).write_text(json.dumps(out, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
