@@ -19,6 +19,7 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cache
+from pathlib import Path
 from typing import Any
 
 from .graph import Node, TensorMeta, TRef
@@ -552,25 +553,20 @@ _POINTWISE_FLOPS: dict[str, float] = {"gelu": 8, "tanh": 4, "exp": 4, "log": 4, 
                                       "erf": 6, "sin": 4, "cos": 4, "rsqrt": 2, "sqrt": 2}
 
 
-@cache
-def _pointwise_tag(op: str) -> bool:
-    """Whether torch tags ``op`` as pointwise (elementwise with broadcasting)."""
-    parts = op.split(".")
-    if len(parts) != 3 or parts[0] != "aten":
-        return False
-    try:
-        import torch
+POINTWISE_TABLE = Path(__file__).with_name("pointwise_ops.txt")
 
-        overload = getattr(getattr(torch.ops.aten, parts[1]), parts[2])
-        return torch.Tag.pointwise in overload.tags
-    except (AttributeError, RuntimeError, ImportError):
-        return False
+
+@cache
+def pointwise_ops() -> frozenset[str]:
+    """aten overloads torch tags as pointwise (a committed table, so the registry needs no torch)."""
+    lines = POINTWISE_TABLE.read_text().splitlines()
+    return frozenset(ln.strip() for ln in lines if ln.strip() and not ln.startswith("#"))
 
 
 def get(op: str) -> OpDef | None:
     """The registry entry for ``op`` (pointwise ops are recognised from torch's tags)."""
     d = _REGISTRY.get(op)
-    if d is None and _pointwise_tag(op):
+    if d is None and op in pointwise_ops():
         base = op.split(".")[1]
         k = _POINTWISE_FLOPS.get(base, 1.0)
         d = OpDef(op, "elementwise", _times(k, _out_numel), _pointwise)
@@ -639,8 +635,8 @@ def output_aliases(op: str, n_outputs: int) -> tuple[int | None, ...]:
     sets = {}
     for i, a in enumerate(schema.arguments):
         if a.alias_info is not None:
-            for s in a.alias_info.before_set:
-                sets[s] = i
+            for s in (*a.alias_info.before_set, *a.alias_info.after_set):
+                sets.setdefault(s, i)
     res: list[int | None] = []
     rets = schema.returns
     for j in range(n_outputs):
@@ -650,8 +646,8 @@ def output_aliases(op: str, n_outputs: int) -> tuple[int | None, ...]:
             for s in r.alias_info.before_set:
                 if s in sets:
                     src = sets[s]
-            if src is None and len(rets) == 1 and str(r.type).endswith("[]"):
-                src = next(iter(sets.values()), None)
+            if src is None and len(rets) == 1 and str(r.type).startswith("List"):
+                src = sets.get("*")  # Tensor(a -> *)[]: every element views the argument
         res.append(src)
     return tuple(res)
 
