@@ -9,7 +9,8 @@ call, so any graph derived from it can be exported and run.
 
 Module paths: AOTAutograd's joint trace does not keep ``nn_module_stack``, so each op's module path
 is derived from parameter ownership -- an op that reads a parameter belongs to the module owning
-it; any other op belongs to the deepest module common to the ops that produce its inputs.
+it; a backward op that reads saved forward activations belongs to the deepest module common to
+their producers; any other op to the deepest module common to the ops that produce its inputs.
 """
 
 from __future__ import annotations
@@ -342,7 +343,7 @@ def _assign_modules(g: Graph) -> None:
             if n.target.startswith(("param:", "buffer:")):
                 n.module = n.target.split(":", 1)[1].rpartition(".")[0]
             continue
-        owners, producers = [], []
+        owners, saved, producers = [], [], []
         for r in n.inputs():
             root = g.nodes[g.storage_root(r).node]
             if root.kind == NodeKind.PLACEHOLDER and root.target.startswith(("param:", "buffer:")):
@@ -351,7 +352,15 @@ def _assign_modules(g: Graph) -> None:
                 src = g.nodes[r.node]
                 if src.kind != NodeKind.PLACEHOLDER and src.module:
                     producers.append(src.module)
-        n.module = _common_prefix(owners) if owners else _common_prefix(producers)
+                    if g.tensor(r).kind == TensorKind.ACTIVATION:
+                        saved.append(src.module)
+        backward = any(t.kind == TensorKind.GRADIENT for t in n.outputs)
+        if owners:
+            n.module = _common_prefix(owners)
+        elif backward and saved:  # a backward op belongs where the activations it reads were made
+            n.module = _common_prefix(saved)
+        else:
+            n.module = _common_prefix(producers)
 
 
 def _append_sgd(g: Graph, lr: float) -> None:
