@@ -26,8 +26,6 @@ from concurrent.futures import wait as wait_futures
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import numpy as np
-
 from core.analysis.dominators import DominatorTree, dominator_tree
 from core.analysis.lifetimes import MemoryProfile, Storage
 from core.cost import DEFAULT_DEVICE, DEVICES, AnalyticCost
@@ -220,22 +218,6 @@ class Analysis:
         return self.schedule.name
 
 
-def _hotspots(mem: MemoryProfile) -> list[Storage]:
-    """``MemoryProfile.hotspots()`` computed with numpy (same result and order: the storages alive at
-    any peak step, largest first, ties by root)."""
-    if not mem.peak_steps or not mem.storages:
-        return []
-    alloc = np.fromiter((s.alloc for s in mem.storages), np.int64, len(mem.storages))
-    free = np.fromiter((s.free for s in mem.storages), np.int64, len(mem.storages))
-    nbytes = np.fromiter((s.nbytes for s in mem.storages), np.int64, len(mem.storages))
-    peaks = np.asarray(mem.peak_steps)
-    # alive at some peak step <=> some peak step p with alloc <= p <= free
-    first = np.searchsorted(peaks, alloc, side="left")
-    alive = (first < len(peaks)) & (peaks[np.minimum(first, len(peaks) - 1)] <= free) & (nbytes > 0)
-    hot = [mem.storages[i] for i in np.flatnonzero(alive)]
-    return sorted(hot, key=lambda s: (-s.nbytes, s.root))
-
-
 def _bytes_by_node(hot: list[Storage]) -> dict[int, int]:
     out: dict[int, int] = {}
     for s in hot:
@@ -426,7 +408,7 @@ class AppState:
             g = self.entry(gid).graph
             sim = simulate(g, sched.order, AnalyticCost(device), validate=False)
             mem = sim.memory
-            hot = _hotspots(mem)
+            hot = mem.hotspots()
             a = Analysis(
                 gid, sched, sim, device,
                 step_of={nid: i for i, nid in enumerate(sched.order)},

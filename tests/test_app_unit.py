@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 from app import cyto, figures
 from app.callbacks import analysis_of, domtree_of, first_render, graph_of, memory_of, view_initial
 from app.modtree import ModuleTree
-from app.state import AppError, AppState, _hotspots, decode_upload, sample_file_exists
+from app.state import AppError, AppState, decode_upload, sample_file_exists
 from core.analysis.lifetimes import memory_profile
 from core.ir import io
 from core.ir.builder import GraphBuilder
@@ -95,11 +95,15 @@ def test_live_index_matches_live_at(bert):
         assert [s.root for s in top] == [s.root for s in live if s.alloc >= 0][:5]
 
 
-def test_hotspots_match_core(bert):
+def test_hotspots_are_the_storages_alive_at_peak_steps(bert):
+    """MAGIS section 2.1: H = union of the live sets of every step where M_i is the peak."""
     _gid, g = bert
     for name in ("traced", "rpo"):
         mem = memory_profile(g, get_scheduler(name).run(g).order)
-        assert [s.root for s in _hotspots(mem)] == [s.root for s in mem.hotspots()]
+        naive = {s.root for i in mem.peak_steps for s in mem.live_at(i)}
+        hot = mem.hotspots()
+        assert {s.root for s in hot} == naive
+        assert [s.nbytes for s in hot] == sorted((s.nbytes for s in hot), reverse=True)
 
 
 def test_hover_text_lists_largest_live_tensors():

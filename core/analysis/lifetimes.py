@@ -49,12 +49,21 @@ class MemoryProfile:
         return sorted(live, key=lambda s: (-s.nbytes, s.root))
 
     def hotspots(self) -> list[Storage]:
-        """MAGIS memory hot-spots: storages alive at any step where M_i == peak (largest first)."""
-        seen: dict[TRef, Storage] = {}
-        for i in self.peak_steps:
-            for s in self.live_at(i):
-                seen[s.root] = s
-        return sorted(seen.values(), key=lambda s: (-s.nbytes, s.root))
+        """MAGIS memory hot-spots: storages alive at any step where M_i == peak (largest first).
+
+        A storage is alive at some peak step p iff the first peak step >= alloc is <= free; one
+        binary search per storage, so a peak held for many steps costs nothing extra."""
+        if not self.peak_steps or not self.storages:
+            return []
+        n = len(self.storages)
+        alloc = np.fromiter((s.alloc for s in self.storages), np.int64, n)
+        free = np.fromiter((s.free for s in self.storages), np.int64, n)
+        nbytes = np.fromiter((s.nbytes for s in self.storages), np.int64, n)
+        peaks = np.asarray(self.peak_steps)
+        first = np.searchsorted(peaks, alloc, side="left")
+        alive = (first < len(peaks)) & (peaks[np.minimum(first, len(peaks) - 1)] <= free) & (nbytes > 0)
+        hot = [self.storages[i] for i in np.flatnonzero(alive)]
+        return sorted(hot, key=lambda s: (-s.nbytes, s.root))
 
 
 def check_schedule(g: Graph, order: Sequence[int]) -> None:

@@ -378,8 +378,9 @@ def _append_sgd(g: Graph, lr: float) -> None:
 
 def capture_sample(name: str, training: bool = True, sgd_lr: float | None = None) -> Graph:
     """Build a sample from ``sample_graphs`` under fake tensors and capture it."""
-    import sample_graphs
     from torch._subclasses.fake_tensor import FakeTensorMode
+
+    import sample_graphs
 
     with FakeTensorMode(allow_non_fake_inputs=True):
         s = sample_graphs.build(name)
@@ -413,8 +414,9 @@ def load_factory(spec: str) -> Any:
 
 def capture_spec(spec: str, training: bool = True, sgd_lr: float | None = None) -> Graph:
     """A sample name, or ``file.py:factory`` where factory() returns a Sample-like object."""
-    import sample_graphs
     from torch._subclasses.fake_tensor import FakeTensorMode
+
+    import sample_graphs
 
     if spec in sample_graphs.NAMES:
         return capture_sample(spec, training, sgd_lr)

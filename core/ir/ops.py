@@ -370,7 +370,7 @@ def _pool_links(c: OpCtx) -> list[DimLink]:
 
 
 def _embedding_links(c: OpCtx) -> list[DimLink]:
-    w, idx = c.ins[0].shape, c.ins[1].shape
+    idx = c.ins[1].shape
     links = [DimLink(1, d, 0, d) for d in range(len(idx)) if idx[d] > 1]
     links.append(DimLink(0, 1, 0, len(idx)))
     return links
