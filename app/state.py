@@ -9,12 +9,9 @@ time budget, so a slow strategy on a big graph never blocks a callback: callers 
 
 from __future__ import annotations
 
-import ast
 import base64
 import binascii
-import functools
 import hashlib
-import importlib.util
 import inspect
 import logging
 import threading
@@ -42,62 +39,25 @@ MAX_UPLOAD_BYTES = 256 * 1024 * 1024
 EXCLUDED_SCHEDULES = {"brute"}  # exhaustive: hopeless beyond toy graphs
 FIRST_SCHEDULES = ["traced", "rpo"]
 FULL_SIZE = {"resnet50", "bert_base", "vit_base", "unet", "unetpp", "gpt_neo_1_3b", "btlm_3b"}
-FALLBACK_SAMPLES = ["bert_tiny", "resnet50_tiny", "vit_tiny", "unet_tiny", "unetpp_tiny", "gpt_neo_tiny",
-                    "btlm_tiny", "fig2_skip", "fig6_ftree", *sorted(FULL_SIZE)]
-
-
 class AppError(ValueError):
     """A problem the user can cause or fix; the app shows its one-line message."""
 
 
-def _sample_package_dir() -> Path | None:
-    """Where the ``sample_graphs`` package lives, found without importing it (its ``__init__``
-    imports torch, which costs seconds; the app only needs names and file paths)."""
-    try:
-        spec = importlib.util.find_spec("sample_graphs")
-    except (ImportError, ValueError):
-        return None
-    if spec is None or not spec.submodule_search_locations:
-        return None
-    return Path(list(spec.submodule_search_locations)[0])
-
-
-@functools.lru_cache(maxsize=1)
-def _registry_names() -> tuple[str, ...]:
-    """``sample_graphs.NAMES`` read from the package source (a literal ``_REGISTRY`` dict), falling
-    back to importing the package."""
-    d = _sample_package_dir()
-    if d is not None:
-        try:
-            tree = ast.parse((d / "__init__.py").read_text())
-            for node in tree.body:
-                target = node.targets[0] if isinstance(node, ast.Assign) else getattr(node, "target", None)
-                if isinstance(target, ast.Name) and target.id == "_REGISTRY" and node.value is not None:
-                    return tuple(sorted(ast.literal_eval(node.value)))
-        except (OSError, SyntaxError, ValueError, AttributeError, IndexError):
-            pass
-    try:
-        import sample_graphs
-
-        return tuple(sample_graphs.NAMES)
-    except Exception:  # the package is optional for the app: fall back to the known names
-        return tuple(FALLBACK_SAMPLES)
-
-
 def sample_names() -> list[str]:
     """Every sample: the small ones first, then the paper-size workloads."""
-    return sorted(_registry_names(), key=lambda n: (n in FULL_SIZE, n))
+    import sample_graphs
+
+    return sorted(sample_graphs.NAMES, key=lambda n: (n in FULL_SIZE, n))
 
 
-def sample_graph_path(name: str, mode: str = "train") -> Path | None:
-    """``sample_graphs.store.graph_path`` without importing the package."""
-    d = _sample_package_dir()
-    return None if d is None else d / "graphs" / f"{name}.{mode}.json.gz"
+def sample_graph_path(name: str, mode: str = "train") -> Path:
+    from sample_graphs.store import graph_path
+
+    return graph_path(name, mode)
 
 
 def sample_file_exists(name: str) -> bool:
-    p = sample_graph_path(name)
-    return p is not None and p.exists()
+    return sample_graph_path(name).exists()
 
 
 def load_sample(name: str) -> Graph:

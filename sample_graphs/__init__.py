@@ -27,10 +27,12 @@ from __future__ import annotations
 
 import importlib
 from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
-import torch
+if TYPE_CHECKING:  # torch is imported by ``build`` only: listing names and paths stays instant
+    import torch
 
-from .sample import Sample
+    from .sample import Sample
 
 __all__ = ["NAMES", "Sample", "build"]
 
@@ -57,10 +59,20 @@ _REGISTRY: dict[str, tuple[str, str, bool]] = {
 NAMES: list[str] = sorted(_REGISTRY)
 
 
+def __getattr__(attr: str) -> Any:
+    if attr == "Sample":
+        from .sample import Sample
+
+        return Sample
+    raise AttributeError(f"module {__name__!r} has no attribute {attr!r}")
+
+
 def build(name: str, device: str | torch.device = "cpu") -> Sample:
     """Build sample ``name`` on ``device`` (seeded, so deterministic); ValueError for unknown names."""
     if name not in _REGISTRY:
         raise ValueError(f"unknown sample {name!r}; valid names: {', '.join(NAMES)}")
+    import torch
+
     module_name, fn_name, tiny = _REGISTRY[name]
     # builders are imported lazily: ``import sample_graphs`` stays cheap (no transformers import)
     builder: Callable[[str, bool], Sample] = getattr(importlib.import_module(f"{__name__}.{module_name}"), fn_name)
