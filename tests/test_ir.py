@@ -206,3 +206,15 @@ def test_truncated_and_non_json():
 
     with pytest.raises(GraphError, match="gzip"):
         io.loads(gzip.compress(raw)[:40])
+
+
+def test_rpo_with_an_input_that_is_also_an_output():
+    from core.schedule import get_scheduler
+
+    b = GraphBuilder()
+    x = b.input("x", 4)
+    b.op("A", [x], 8, output=True)
+    b.graph.outputs["passthrough"] = x
+    s = get_scheduler("rpo").run(b.graph)
+    assert s.order == b.ids("A") and s.peak == 12
+    assert {"random", "brute"} <= set(__import__("core.schedule.base", fromlist=["x"]).SCHEDULERS)

@@ -18,9 +18,10 @@ from core.ir import io
 from core.ir.builder import GraphBuilder
 from core.schedule import get_scheduler
 from core.schedule.brute_force import brute_force_optimum
-from core.schedule.footprint import MemoryModel, UnitProblem
+from core.schedule.footprint import MemoryModel
 from core.schedule.hierarchy import build_hierarchy, dag_idom
 from core.schedule.incremental import get_reschedule_interval
+from core.schedule.units import UnitProblem
 
 HMCOS_MODEL = {"free_inputs": True, "count_weights": False}
 ROOT = Path(__file__).resolve().parents[1]

@@ -57,7 +57,7 @@ def register(name: str) -> Callable[[type], type]:
 
 
 # modules that register strategies; a module that is not present is skipped
-STRATEGY_MODULES = ("baselines", "serenity", "hmcos", "incremental")
+STRATEGY_MODULES = ("baselines", "random_topo", "brute_force", "serenity", "hmcos", "incremental")
 
 
 def get_scheduler(name: str, **kwargs) -> Scheduler:

@@ -24,7 +24,8 @@ class ReversePostOrder(Scheduler):
         done: set[int] = set()
         out: list[int] = []
         sinks = [n.id for n in g if n.kind != NodeKind.PLACEHOLDER and not g.users(n.id)]
-        roots = sorted({r.node for r in g.outputs.values()} | set(sinks))
+        outs = {r.node for r in g.outputs.values() if g[r.node].kind != NodeKind.PLACEHOLDER}
+        roots = sorted(outs | set(sinks))
         for root in roots:
             stack: list[tuple[int, int]] = [(root, 0)]
             while stack:

@@ -37,7 +37,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from .footprint import UnitProblem, bits
+from .footprint import bits
+from .units import UnitProblem
 
 
 # ------------------------------------------------------------------------------------------------

@@ -11,7 +11,8 @@ Algorithm 1 (iterative scheduling) over the hierarchy of ``hierarchy.py``:
         stop if no group was disassembled
 
 A vertex is a sequence (its footprint follows Eq. 4-5) or a group, scheduled by ScheduleGraph on its
-own sequences from the current state.  The paper's three scheduling optimisations, each of which can
+own sequences from the current state.  Our graphs carry no NAS cell labels: cells are derived from
+post-dominator regions and refined by HMCOS's intrusion groups (``hierarchy.py`` explains how).  The paper's three scheduling optimisations, each of which can
 be switched off for the ablation (Table 2, configurations 5-7):
 
 1. ``soft_budget`` -- adaptive soft budgeting: iteration k prunes partial schedules whose peak exceeds
@@ -45,9 +46,10 @@ from collections.abc import Sequence
 
 from ..ir.graph import Graph
 from .base import register
-from .footprint import MemoryModel, MemoryScheduler, UnitProblem, rpo_order, traced_order
+from .footprint import MemoryModel, MemoryScheduler, rpo_order, traced_order
 from .hierarchy import Hierarchy, build_hierarchy
 from .serenity import Deadline, DPStats, run_units, solve_parts
+from .units import UnitProblem
 
 INF = math.inf
 

@@ -27,8 +27,9 @@ from collections.abc import Iterable, Sequence
 from ..analysis.narrow_waist import graph_partition, nw_values
 from ..ir.graph import Graph, NodeKind
 from .base import register
-from .footprint import MemoryModel, MemoryScheduler, UnitProblem, best_of, bits, rpo_order, traced_order
+from .footprint import MemoryModel, MemoryScheduler, best_of, bits, rpo_order, traced_order
 from .serenity import INF, Deadline, DPStats, run_units, unit_dp
+from .units import UnitProblem
 
 MARGIN = 4
 SEARCH = 20

@@ -5,7 +5,8 @@ Dynamic programming over the set of scheduled ops: a state is the bitmask S of o
 run -- equivalent to Serenity's signature, the zero-indegree frontier, since S is the complement of
 the frontier's up-closure -- and a transition appends one zero-indegree unit.  The live bytes after S
 do not depend on the order S ran in, so keeping, per state, the partial schedule with the lowest
-peak is exact.  States are processed layer by layer (|S| = k), as in Serenity's Algorithm 1.
+peak is exact (two partial schedules of the same state always have the same live bytes: no other
+tie-break is needed).  States are processed layer by layer (|S| = k), as in Serenity's Algorithm 1.
 
 Serenity's own refinements:
 
@@ -36,7 +37,8 @@ from dataclasses import dataclass, field
 from ..analysis.narrow_waist import graph_partition
 from ..ir.graph import Graph
 from .base import register
-from .footprint import MemoryModel, MemoryScheduler, UnitProblem, best_of, bits, rpo_order, traced_order
+from .footprint import MemoryModel, MemoryScheduler, best_of, bits, rpo_order, traced_order
+from .units import UnitProblem
 
 INF = math.inf
 
@@ -621,8 +623,3 @@ def run_units(P: UnitProblem, order: Sequence[int], S: int, live: int) -> tuple[
         peak, live = P.apply(u, S, peak, live)
         S |= 1 << u
     return peak, live
-
-
-# strategies living in their own modules register on import
-from . import brute_force as _brute_force  # noqa: E402,F401
-from . import random_topo as _random_topo  # noqa: E402,F401
