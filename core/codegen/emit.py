@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import math
 import os
-import tempfile
 from collections.abc import Callable, Sequence
 from functools import cache
 from pathlib import Path
@@ -356,14 +355,6 @@ def export_script(g: Graph, order: Sequence[int], path: str | os.PathLike, sched
                   cost: Any = None) -> Path:
     """Write :func:`generate_source` to ``path`` atomically (never a half-written file); returns it."""
     src = generate_source(g, order, schedule_name=schedule_name, cost=cost)
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w") as f:
-            f.write(src)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return path
+    from ..ir.io import atomic_write
+
+    return atomic_write(path, src.encode())

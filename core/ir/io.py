@@ -188,6 +188,12 @@ def save(g: Graph, path: str | os.PathLike) -> Path:
     data = json.dumps(graph_to_dict(g), separators=(",", ":")).encode()
     if path.suffix == ".gz":
         data = gzip.compress(data, compresslevel=6, mtime=0)
+    return atomic_write(path, data)
+
+
+def atomic_write(path: str | os.PathLike, data: bytes) -> Path:
+    """Write ``data`` to ``path`` through a temporary file and a rename: never a half-written file."""
+    path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
     try:
