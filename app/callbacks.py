@@ -46,6 +46,46 @@ LIVE_CLICKED = """function(click, gid, sched, device) {
     return {gid: gid, schedule: cd[1], device: device, step: cd[0], nodes: cd[2]};
 }"""
 
+# outline the tensors picked on the curve: an op drawn as itself, or the collapsed group holding it
+# (the drawn group whose path is a prefix of the node's path, from the graph's path table)
+MARK_LIVE = "function(live, _g, _d, table) {" + CY_OF + """
+    const ok = live && table && live.gid === table.gid;
+    const want = new Set(ok ? live.nodes : []);
+    let pathOf = null;
+    function path(nid) {
+        if (!pathOf) {
+            pathOf = new Map();
+            table.ids.forEach((id, i) => pathOf.set(id, table.paths[table.idx[i]]));
+        }
+        return pathOf.get(nid);
+    }
+    let marked = 0;
+    for (const id of ["graph", "domtree"]) {
+        const cy = cyOf(id);
+        if (!cy) { continue; }
+        cy.batch(() => {
+            cy.nodes(".live").removeClass("live");
+            if (!want.size) { return; }
+            const byNid = new Map(), groups = [];
+            cy.nodes().forEach(n => {
+                const d = n.data();
+                if (d.nid !== undefined && d.nid !== null && !n.hasClass("more")) { byNid.set(d.nid, n); }
+                else if (d.group !== undefined) { groups.push([d.group, n]); }
+            });
+            for (const nid of want) {
+                let n = byNid.get(nid);
+                if (!n && id === "graph") {
+                    const p = path(nid);
+                    const hit = p === undefined ? null : groups.find(([g]) => p === g || p.startsWith(g + "/"));
+                    n = hit ? hit[1] : null;
+                }
+                if (n) { n.addClass("live"); marked += 1; }
+            }
+        });
+    }
+    return marked;
+}"""
+
 MARK_SELECTED = "function(sel) {" + CY_OF + """
     for (const id of ["graph", "domtree"]) {
         const cy = cyOf(id);
@@ -118,7 +158,8 @@ def chips_of(state: AppState, view: dict) -> list:
     return [html.Span("expanded:", className="muted small")] + chips
 
 
-def graph_of(state: AppState, view: dict, live, hot, heat_mode: str, selected) -> list[dict]:
+def graph_of(state: AppState, view: dict, live, hot, heat_mode: str, selected) -> tuple[list[dict], dict]:
+    """(elements, layout) of the graph view."""
     gid = view["gid"]
     entry = state.entry(gid)
     sel, lv, ht = _for(selected, gid), _for(live, gid), _for(hot, gid)
@@ -126,17 +167,19 @@ def graph_of(state: AppState, view: dict, live, hot, heat_mode: str, selected) -
     if heat_mode == "peak" and ht:
         a = state.analysis(gid, ht["schedule"], ht.get("device", DEFAULT_DEVICE), wait=0)
         heat = a.hot_bytes if a is not None else {}
-    return cyto.graph_elements(entry.graph, entry.tree, dec_paths(view["expanded"]), entry.tok, heat,
-                               hot=ht["nodes"] if ht else (), selected=sel["nid"] if sel else None,
-                               live=lv["nodes"] if lv else ())
+    els = cyto.graph_elements(entry.graph, entry.tree, dec_paths(view["expanded"]), entry.tok, heat,
+                              hot=ht["nodes"] if ht else (), selected=sel["nid"] if sel else None,
+                              live=lv["nodes"] if lv else ())
+    return els, cyto.layout_for(els, cyto.LAYOUT)
 
 
 def domtree_of(state: AppState, view: dict, selected, live, hot, only_info: bool = False):
+    """(elements, layout, info line) of the dominator-tree view."""
     gid = view["gid"]
     entry = state.entry(gid)
     dt = entry.dom()
     if dt is None:
-        return [], entry.dom_error
+        return [], cyto.DOM_LAYOUT, entry.dom_error
     sel, lv, ht = _for(selected, gid), _for(live, gid), _for(hot, gid)
     nid = sel["nid"] if sel else None
     els = no_update if only_info else cyto.dom_elements(
@@ -151,7 +194,12 @@ def domtree_of(state: AppState, view: dict, selected, live, hot, only_info: bool
                 f"{g[nid].name if nid in dt.reachable else 'the entry'} (click a node to move there)")
     if nid is not None and nid not in dt.reachable:
         info += f" · {g[nid].name} is not reachable from the activation input"
-    return els, info
+    lay = no_update if only_info else cyto.layout_for(els, cyto.DOM_LAYOUT)
+    return els, lay, info
+
+
+def paths_of(state: AppState, gid: str) -> dict:
+    return {"gid": gid, **cyto.path_table(state.entry(gid).tree)}
 
 
 def analysis_of(state: AppState, gid: str, device: str, sched: str, resident) -> tuple:
@@ -210,14 +258,16 @@ def first_render(state: AppState, gid: str, device: str = DEFAULT_DEVICE, sched:
         raise AppError(f"schedule {sched!r} is still being computed")
     cards, rows, hot, note = res
     fig, key, pending, failed = memory_of(state, gid, device, sched, compare, xmode)
-    dom_els, dom_info = domtree_of(state, view, None, None, hot)
+    dom_els, dom_layout, dom_info = domtree_of(state, view, None, None, hot)
+    graph_els, graph_layout = graph_of(state, view, None, hot, heat, None)
     return {
         "view": view, "hot": hot, "summary": cards, "hotspots": rows, "hot-note": note,
         "memory": fig, "mem-drawn": key, "poll-disabled": not pending,
         "mem-status": ("computing " + ", ".join(pending) + " ...") if pending else "",
         "messages": panels.message("; ".join(failed)) if failed else None,
-        "chips": chips_of(state, view), "graph": graph_of(state, view, None, hot, heat, None),
-        "domtree": dom_els, "dom-info": dom_info, "compare": compare,
+        "chips": chips_of(state, view), "graph": graph_els, "graph-layout": graph_layout,
+        "domtree": dom_els, "dom-layout": dom_layout, "dom-info": dom_info, "compare": compare,
+        "paths": paths_of(state, gid),
     }
 
 
@@ -251,24 +301,24 @@ def register(app: Dash, state: AppState) -> None:
     # ---- view state: expansion, selection, live tensors ------------------------------------------
     @app.callback(
         Output("view", "data"), Output("selected", "data"), Output("live", "data"),
-        Output("graph", "elements", allow_duplicate=True),
+        Output("graph", "elements", allow_duplicate=True), Output("graph", "layout", allow_duplicate=True),
         Input("model", "value"), Input("graph", "tapNodeData"), Input("domtree", "tapNodeData"),
         Input("hotspots", "active_cell"),
         Input({"type": "collapse", "index": ALL}, "n_clicks"), Input("collapse-all", "n_clicks"),
         Input("reset-view", "n_clicks"),
         State("view", "data"), State("selected", "data"), State("live", "data"), State("hot", "data"),
         State("heat", "value"), prevent_initial_call=True)
-    @guarded(4)
+    @guarded(5)
     def on_view(gid, tap, dom_tap, cell, _chips, _all, _reset, view, selected, live, hot, heat):
         # (clicks on the memory curve are handled in the browser: LIVE_CLICKED)
         new_view, new_sel, new_live = _on_view(gid, tap, dom_tap, cell, view)
         if not isinstance(new_view, dict) or ctx.triggered_id in ("model", "reset-view"):
-            return new_view, new_sel, new_live, no_update  # on_graph draws (it waits for the hot-spots)
+            return new_view, new_sel, new_live, no_update, no_update  # on_graph draws (after the hot-spots)
         # expanding / collapsing / revealing: draw right here, one round trip instead of two
         new_view["drawn"] = True
         sel = new_sel if isinstance(new_sel, dict) else selected
         lv = new_live if isinstance(new_live, dict) else live
-        return new_view, new_sel, new_live, graph_of(state, new_view, lv, hot, heat, sel)
+        return new_view, new_sel, new_live, *graph_of(state, new_view, lv, hot, heat, sel)
 
     def _on_view(gid, tap, dom_tap, cell, view):
         entry = state.entry(gid)
@@ -320,12 +370,13 @@ def register(app: Dash, state: AppState) -> None:
         return chips_of(state, view)
 
     # ---- graph & dominator tree -------------------------------------------------------------------
-    @app.callback(Output("graph", "elements"), Input("view", "data"), Input("live", "data"),
-                  Input("hot", "data"), Input("heat", "value"), State("selected", "data"),
+    @app.callback(Output("graph", "elements"), Output("graph", "layout"), Input("view", "data"),
+                  Input("hot", "data"), Input("heat", "value"), State("live", "data"), State("selected", "data"),
                   prevent_initial_call=True)
-    @guarded(1)
-    def on_graph(view, live, hot, heat_mode, selected):
-        # the selection is marked in the browser (MARK_SELECTED); it only rides along here
+    @guarded(2)
+    def on_graph(view, hot, heat_mode, live, selected):
+        # the selection and the live tensors are marked in the browser (MARK_SELECTED, MARK_LIVE); they
+        # only ride along here
         if not view:
             raise PreventUpdate
         if ctx.triggered_id == "view" and len(ctx.triggered) == 1 and view.get("drawn"):
@@ -340,6 +391,13 @@ def register(app: Dash, state: AppState) -> None:
                             Input("memory", "clickData"), State("model", "value"), State("schedule", "value"),
                             State("device", "value"), prevent_initial_call=True)
     app.clientside_callback(MARK_SELECTED, Output("sel-marked", "data"), Input("selected", "data"))
+    app.clientside_callback(MARK_LIVE, Output("live-marked", "data"), Input("live", "data"),
+                            Input("graph", "elements"), Input("domtree", "elements"), State("paths", "data"))
+
+    @app.callback(Output("paths", "data"), Input("model", "value"), prevent_initial_call=True)
+    @guarded(1)
+    def on_paths(gid):
+        return paths_of(state, gid)
 
     app.clientside_callback(
         """function(d) {
@@ -349,11 +407,11 @@ def register(app: Dash, state: AppState) -> None:
         }""",
         Output("graph-hover", "children"), Input("graph", "mouseoverNodeData"))
 
-    @app.callback(Output("domtree", "elements"), Output("dom-info", "children"), Input("view", "data"),
-                  Input("selected", "data"), Input("live", "data"), Input("hot", "data"),
+    @app.callback(Output("domtree", "elements"), Output("domtree", "layout"), Output("dom-info", "children"),
+                  Input("view", "data"), Input("selected", "data"), Input("hot", "data"), State("live", "data"),
                   prevent_initial_call=True)
-    @guarded(2)
-    def on_domtree(view, selected, live, hot):
+    @guarded(3)
+    def on_domtree(view, selected, hot, live):
         if not view:
             raise PreventUpdate
         entry = state.entry(view["gid"])

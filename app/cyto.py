@@ -9,6 +9,7 @@ schedule), ``live`` (a tensor the user picked on the memory curve) and ``sel`` (
 
 from __future__ import annotations
 
+import hashlib
 import math
 from collections.abc import Iterable
 
@@ -40,6 +41,31 @@ def path_str(path: Path) -> str:
 
 def str_path(s: str) -> Path:
     return tuple(p for p in s.split("/") if p) if s else ()
+
+
+def layout_for(elements: list[dict], base: dict) -> dict:
+    """The layout to send along with ``elements``.  The browser does not re-run the layout on its own
+    (``autoRefreshLayout`` is off: it would wait out a debounce and also fire on class changes); it runs
+    it when this dict changes, and the ``key`` changes exactly when the set of nodes does."""
+    ids = sorted(e["data"]["id"] for e in elements if "source" not in e["data"])
+    return {**base, "key": hashlib.blake2b("\n".join(ids).encode(), digest_size=6).hexdigest()}
+
+
+def path_table(tree: ModuleTree) -> dict:
+    """Node id -> module group path, compact (unique paths plus one index per node), so the browser can
+    outline a node hidden inside a collapsed group: its element is the drawn group whose path is a
+    prefix of the node's path."""
+    paths: list[str] = []
+    index: dict[Path, int] = {}
+    ids, idx = [], []
+    for nid, path in tree.path_of.items():
+        i = index.get(path)
+        if i is None:
+            i = index[path] = len(paths)
+            paths.append(path_str(path))
+        ids.append(nid)
+        idx.append(i)
+    return {"paths": paths, "ids": ids, "idx": idx}
 
 
 def heat_colors(values: dict, scale: list[str] = HEAT_SCALE) -> dict:

@@ -60,8 +60,8 @@ def graph_panel(init: dict) -> html.Section:
                   html.Button("reset view", id="reset-view", n_clicks=0, className="btn")],
                  className="chip-row"),
         dcc.Loading(cyto.Cytoscape(
-            id="graph", elements=init.get("graph", []), layout=LAYOUT, stylesheet=stylesheet(), minZoom=0.05, maxZoom=3,
-            clearOnUnhover=True,
+            id="graph", elements=init.get("graph", []), layout=init.get("graph-layout", LAYOUT), stylesheet=stylesheet(),
+            minZoom=0.05, maxZoom=3, clearOnUnhover=True, autoRefreshLayout=False,
             autounselectify=True, boxSelectionEnabled=False,
             style={"width": "100%", "height": "600px"}), type="dot", delay_show=400,
             overlay_style={"visibility": "visible", "opacity": 0.6}),
@@ -74,8 +74,8 @@ def side_panel(init: dict) -> html.Section:
         html.Div([html.H3("Dominator tree"),
                   html.Span("from the activation input; in sync with the graph", className="muted hint")],
                  className="panel-head"),
-        cyto.Cytoscape(id="domtree", elements=init.get("domtree", []), layout=DOM_LAYOUT, stylesheet=stylesheet(dom=True),
-                       minZoom=0.05, maxZoom=1.3, autounselectify=True, boxSelectionEnabled=False,
+        cyto.Cytoscape(id="domtree", elements=init.get("domtree", []), layout=init.get("dom-layout", DOM_LAYOUT),
+                       stylesheet=stylesheet(dom=True), autoRefreshLayout=False, minZoom=0.05, maxZoom=1.3, autounselectify=True, boxSelectionEnabled=False,
                        style={"width": "100%", "height": "280px"}),
         html.Div(init.get("dom-info"), id="dom-info", className="muted small"),
         html.Div(html.Div("Click an op in the graph, the dominator tree or the hot-spot table.",
@@ -173,6 +173,8 @@ def build_layout(state: AppState, initial: str, init: dict | None = None) -> htm
         dcc.Store(id="live"),  # {"gid", "schedule", "step", "nodes"}
         dcc.Store(id="hot", data=init.get("hot")),  # {"gid", "schedule", "device", "nodes"}
         dcc.Store(id="sel-marked"),  # written by the clientside selection marker
+        dcc.Store(id="live-marked"),  # written by the clientside live-tensor marker
+        dcc.Store(id="paths", data=init.get("paths")),  # {"gid", "paths", "ids", "idx"}: node -> module group
         html.Footer("MAGIS Studio · graphs are parsed as JSON only; nothing uploaded is executed",
                     className="muted small foot"),
     ], className="page")

@@ -209,7 +209,7 @@ def test_big_graph_view_is_small_and_fast(state, name):
     e = state.entry(gid)
     t0 = time.perf_counter()
     view = view_initial(state, gid)
-    els = graph_of(state, view, None, None, "out", None)
+    els, _layout = graph_of(state, view, None, None, "out", None)
     assert time.perf_counter() - t0 < 2.0
     assert len([x for x in els if "source" not in x["data"]]) <= 40  # never thousands of elements
     # expanding one group adds one level only
@@ -341,7 +341,7 @@ def test_domtree_info_for_unreachable_node(state, bert):
     gid, g = bert
     view = view_initial(state, gid)
     weight = next(n.id for n in g.placeholders() if n.target.startswith("param:"))
-    _els, info = domtree_of(state, view, {"gid": gid, "nid": weight}, None, None)
+    _els, _layout, info = domtree_of(state, view, {"gid": gid, "nid": weight}, None, None)
     assert "not reachable" in info
 
 
@@ -424,3 +424,47 @@ def test_device_changes_latency_not_peak(state, bert):
 
     assert card(fast[0], "peak") == card(slow[0], "peak")
     assert card(fast[0], "est. latency") != card(slow[0], "est. latency")
+
+
+def test_layout_key_changes_with_the_node_set_only(state, bert):
+    """The browser lays the graph out again only when the layout dict changes: a new key exactly when
+    nodes come or go, the same key for a colour or class change."""
+    gid, g = bert
+    e = state.entry(gid)
+    view = view_initial(state, gid)
+    els, lay = graph_of(state, view, None, None, "out", None)
+    assert {k: v for k, v in lay.items() if k != "key"} == cyto.LAYOUT
+    hot = {"gid": gid, "schedule": "traced", "device": "rtx3090", "nodes": sorted(g.nodes)[:5]}
+    els2, lay2 = graph_of(state, view, {"gid": gid, "nodes": sorted(g.nodes)[-3:]}, hot, "peak", None)
+    assert [x["classes"] for x in els] != [x["classes"] for x in els2] and lay2 == lay
+    grp = next(x["data"]["group"] for x in els if "group" in x["data"])
+    wider = {"gid": gid, "expanded": sorted(view["expanded"] + [grp])}
+    els3, lay3 = graph_of(state, wider, None, None, "out", None)
+    assert len(els3) > len(els) and lay3["key"] != lay["key"]
+    # and back: the key is a function of the node set, not of history
+    assert graph_of(state, view, None, None, "out", None)[1] == lay
+    assert e.tok  # ids carry the graph token, so another graph never shares a key
+    other = view_initial(state, _need("gpt_neo_tiny"))
+    assert graph_of(state, other, None, None, "out", None)[1]["key"] != lay["key"]
+
+
+def test_path_table_finds_the_drawn_element_of_every_node(state, bert):
+    """What the browser does to outline a live tensor (MARK_LIVE): a node not drawn as itself is drawn
+    by the one visible group whose path is a prefix of the node's path."""
+    gid, g = bert
+    e = state.entry(gid)
+    table = cyto.path_table(e.tree)
+    path_of = {nid: table["paths"][i] for nid, i in zip(table["ids"], table["idx"], strict=True)}
+    assert set(path_of) == set(g.nodes)
+    view = view_initial(state, gid)
+    els, _ = graph_of(state, view, None, None, "out", None)
+    drawn_ops = {x["data"]["nid"] for x in els if "nid" in x["data"]}
+    groups = [x["data"]["group"] for x in els if "group" in x["data"]]
+    vis = e.tree.visible(cyto_paths(view))
+    for nid in g.nodes:
+        if nid in drawn_ops:
+            assert vis[nid] == ("n", nid)
+            continue
+        p = path_of[nid]
+        hits = [q for q in groups if p == q or p.startswith(q + "/")]
+        assert len(hits) == 1 and cyto.str_path(hits[0]) == vis[nid][1]
