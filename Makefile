@@ -19,6 +19,7 @@ $(BIN)/python:
 
 $(VENV)/.installed: $(BIN)/python pyproject.toml constraints.txt
 	$(BIN)/pip install -q -c constraints.txt -e .
+	$(BIN)/python -m app.bundle
 	touch $@
 
 $(VENV)/.installed-test: $(VENV)/.installed

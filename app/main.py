@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 from pathlib import Path
 
 import dash
@@ -14,6 +15,7 @@ import dash_cytoscape
 
 from core.ir import io
 
+from . import bundle
 from .callbacks import first_render, register
 from .layout import build_layout
 from .panels import message
@@ -25,10 +27,11 @@ ASSETS = Path(__file__).resolve().parents[1] / "assets"
 
 
 def create_app(initial_sample: str | None = None, graph_file: str | None = None,
-               state: AppState | None = None, warm: bool = True) -> dash.Dash:
+               state: AppState | None = None, warm: bool = True, basic_plotly: bool = True) -> dash.Dash:
     """The Dash app opening ``graph_file`` (a ``magis import`` JSON / JSON.gz file) if given, else the
     sample ``initial_sample`` (default bert_tiny).  Raises GraphError / AppError (one line) if the
-    file cannot be read or the sample is unknown."""
+    file cannot be read or the sample is unknown.  ``basic_plotly=False`` serves Dash's full plotly.js
+    even if the smaller basic bundle is installed (``app.bundle``)."""
     dash_cytoscape.load_extra_layouts()  # dagre
     state = state or AppState(time_budget=float(os.environ.get("MAGIS_APP_TIME_BUDGET", "5")))
     if graph_file:
@@ -40,8 +43,15 @@ def create_app(initial_sample: str | None = None, graph_file: str | None = None,
         if name not in sample_names():
             raise AppError(f"unknown sample {name!r}; samples: {', '.join(sample_names())}")
         initial = f"sample:{name}"
+    ignore = ""
+    if bundle.BUNDLE.exists() and not basic_plotly:
+        ignore = re.escape(bundle.BUNDLE.name) + "$"
+    elif bundle.BUNDLE.exists() and not bundle.usable():
+        log.warning("ignoring %s: plotly.js %s there, %s wanted (python -m app.bundle fetches it)",
+                    bundle.BUNDLE, bundle.bundle_version(), bundle.wanted_version())
+        ignore = re.escape(bundle.BUNDLE.name) + "$"
     app = dash.Dash(__name__, title="MAGIS Studio", assets_folder=str(ASSETS), update_title=None,
-                    suppress_callback_exceptions=True)
+                    suppress_callback_exceptions=True, assets_ignore=ignore)
     def layout():
         try:
             init = first_render(state, initial)

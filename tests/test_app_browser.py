@@ -175,6 +175,13 @@ def test_loads_with_summary_graph_and_memory(page, server):
     wait_cy_stable(page, "domtree")
     assert page.locator("#memory .scatterlayer .trace").count() >= 2
     assert page.locator("#hotspots tbody tr").count() > 1
+    from app import bundle
+
+    if bundle.BUNDLE.exists():  # the chart was drawn by the smaller basic bundle, same version
+        assert page.evaluate("() => window.Plotly.version") == bundle.wanted_version()
+        loaded = page.evaluate("() => performance.getEntriesByType('resource').map(e => e.name)")
+        assert any("plotly-basic.min.js" in u for u in loaded)
+        assert not any(u.split("?")[0].endswith("/plotly.min.js") for u in loaded)  # the full one
     shot(page, "app_loaded")
     assert not page.js_errors, page.js_errors
 

@@ -18,7 +18,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from app import cyto, figures
+from app import bundle, cyto, figures
 from app.callbacks import analysis_of, domtree_of, first_render, graph_of, memory_of, view_initial
 from app.modtree import ModuleTree
 from app.state import AppError, AppState, decode_upload, sample_file_exists
@@ -143,6 +143,8 @@ def test_memory_figure_validates_and_marks_peak(bert):
     assert tfig["layout"]["xaxis"]["title"]["text"].startswith("simulated time")
     t_total = next(t for t in tfig["data"] if t["name"].startswith("traced total"))
     assert t_total["x"][-1] == pytest.approx(curves[0].start[-1] * 1e3)
+    # the page may render with plotly.js's basic distribution (app.bundle): scatter only
+    assert {t["type"] for f in (fig, tfig) for t in f["data"]} <= bundle.TRACE_TYPES
 
 
 def test_memory_figure_empty_and_pending():
@@ -468,3 +470,25 @@ def test_path_table_finds_the_drawn_element_of_every_node(state, bert):
         p = path_of[nid]
         hits = [q for q in groups if p == q or p.startswith(q + "/")]
         assert len(hits) == 1 and cyto.str_path(hits[0]) == vis[nid][1]
+
+
+def test_bundle_version_header(tmp_path):
+    f = tmp_path / "plotly-basic.min.js"
+    assert bundle.bundle_version(f) is None  # missing
+    f.write_text("/**\n* plotly.js v4.1.1\n*/")  # the full bundle is not the basic one
+    assert bundle.bundle_version(f) is None
+    f.write_text("/**\n* plotly.js (basic - minified) v9.8.7\n* Copyright\n*/\n(function(){})")
+    assert bundle.bundle_version(f) == "9.8.7" and not bundle.usable(f)
+
+
+def test_page_serves_the_basic_bundle_only_at_the_wanted_version(monkeypatch):
+    from app.main import create_app
+
+    if not bundle.BUNDLE.exists():
+        pytest.skip(f"{bundle.BUNDLE} not fetched (python -m app.bundle; needs npm)")
+    assert bundle.usable(), "the fetched bundle must match the installed plotly's plotly.js"
+    html = create_app(warm=False).server.test_client().get("/").get_data(as_text=True)
+    assert "vendor/plotly-basic.min.js" in html
+    monkeypatch.setattr(bundle, "wanted_version", lambda: "0.0.0")  # as after a plotly upgrade
+    html = create_app(warm=False).server.test_client().get("/").get_data(as_text=True)
+    assert "plotly-basic" not in html
