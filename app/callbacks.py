@@ -241,6 +241,8 @@ def memory_of(state: AppState, gid: str, device: str, sched: str, compare, xmode
         curves.append(figures.Curve(name, a.profile, a.sim.start, a.sim.latency,
                                     a.live_index() if main else None,
                                     a.hover(g, figures.MAX_POINTS) if main else None))
+        if not main:  # ready for when the user selects it
+            state.prefetch_hover(a, g, figures.MAX_POINTS)
     key = [gid, device, xmode] + [c.name for c in curves]
     fig = figures.memory_figure(g, curves, xmode, capacity=DEVICES[device].memory_bytes, pending=pending)
     log.debug("memory figure for %s in %.3f s", gid, time.perf_counter() - t0)

@@ -198,6 +198,7 @@ class AppState:
         self._futures: dict[tuple[str, str], Future] = {}
         self._analyses: OrderedDict[tuple[str, str, str], Analysis] = OrderedDict()
         self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="magis-sched")
+        self._bg = ThreadPoolExecutor(max_workers=1, thread_name_prefix="magis-prefetch")
         self._tok = 0
         self.loaders: dict[str, Callable[[], Graph]] = {}
 
@@ -408,8 +409,14 @@ class AppState:
         t.start()
         return t
 
+    def prefetch_hover(self, a: Analysis, g: Graph, max_points: int) -> Future:
+        """Build ``a``'s hover data in the background (an overlaid curve's, before the user makes it
+        the selected schedule)."""
+        return self._bg.submit(a.hover, g, max_points)
+
     def shutdown(self) -> None:
         self._pool.shutdown(wait=False, cancel_futures=True)
+        self._bg.shutdown(wait=False, cancel_futures=True)
 
 
 __all__ = ["AppState", "AppError", "Analysis", "GraphEntry", "sample_names", "decode_upload", "NodeKind"]

@@ -337,6 +337,19 @@ def test_schedule_switch_changes_peak_card(state):
         assert hot["schedule"] == name
     fig, key, pending, failed = memory_of(state, gid, "rtx3090", "rpo", ["traced"], "step")
     assert not pending and not failed and key[-2:] == ["rpo", "traced"]
+    # the overlaid curve's hover text is built in the background, ready for when it is selected
+    fresh = AppState()
+    try:
+        overlay = fresh.analysis(gid, "traced", "rtx3090")
+        assert not overlay._hover
+        memory_of(fresh, gid, "rtx3090", "rpo", ["traced"], "step")
+        fresh._bg.submit(lambda: None).result(timeout=60)  # one worker: the prefetch ran before this
+        hov = overlay._hover[figures.MAX_POINTS]
+        fig2, *_ = memory_of(fresh, gid, "rtx3090", "traced", ["rpo"], "step")
+        total = next(t for t in fig2["data"] if t["name"].startswith("traced total"))
+        assert total["text"] is hov.text  # reused, not rebuilt
+    finally:
+        fresh.shutdown()
 
 
 def test_domtree_info_for_unreachable_node(state, bert):
