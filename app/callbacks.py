@@ -405,7 +405,6 @@ def register(app: Dash, state: AppState) -> None:
         """function(d) {
             if (!d) { return ""; }
             if (d.group) { return d.name + " · " + d.members + " nodes · " + d.bytes + " · click to expand"; }
-            if (d.box) { return d.name + " · expanded (its chip above collapses it)"; }
             return (d.name || "") + (d.module ? " · " + d.module : "") + " · " + (d.bytes || "");
         }""",
         Output("graph-hover", "children"), Input("graph", "mouseoverNodeData"))

@@ -23,7 +23,6 @@ from .modtree import ModuleTree, Path
 
 HEAT_SCALE = sequential.YlOrRd
 ZERO_COLOR = "#e5e7eb"
-BOX_COLOR = "#f3f4f6"
 LAYOUT = {"name": "dagre", "rankDir": "TB", "nodeSep": 18, "rankSep": 30, "edgeSep": 8,
           "animate": False, "fit": True, "padding": 16}
 DOM_LAYOUT = {"name": "dagre", "rankDir": "TB", "nodeSep": 30, "rankSep": 22, "animate": False,
@@ -116,10 +115,6 @@ def graph_elements(g: Graph, tree: ModuleTree, expanded: set[Path], tok: str, he
     heat is the sum over its members.  Edges between backward-pass elements are given reversed to the
     layout (class ``rev``, drawn with the arrow at the source end), so the backward pass climbs back
     up beside the forward pass instead of continuing below it.
-
-    Expanded modules are compound nodes (class ``box``, ``data.box`` = the path) holding what they
-    expanded into, so the module hierarchy stays visible; a chain link (a group whose only content is
-    one sub-group) gets no box of its own, its sub-group's box stands for both.
     """
     vis = tree.visible(expanded)
     hot, live = set(hot), set(live)
@@ -139,19 +134,6 @@ def graph_elements(g: Graph, tree: ModuleTree, expanded: set[Path], tok: str, he
     def eid(key) -> str:
         return f"{tok}-n{key[1]}" if key[0] == "n" else f"{tok}-g-{path_str(key[1])}"
 
-    boxes: dict[Path, str | None] = {}  # drawn box path -> its parent box id
-
-    def box_around(path: Path, own: bool) -> str | None:
-        """Id of the innermost box enclosing an element of ``path`` (itself included if ``own``)."""
-        for k in range(len(path) if own else len(path) - 1, 0, -1):
-            p = path[:k]
-            if p in expanded and not tree.is_chain(p):
-                if p not in boxes:
-                    boxes[p] = None  # reserve (the recursion below terminates: shorter paths)
-                    boxes[p] = box_around(p, False)
-                return f"{tok}-b-{path_str(p)}"
-        return None
-
     elements: list[dict] = []
     for key in sorted(leaf_bytes, key=_key_order(tree, g)):
         if key[0] == "n":
@@ -161,7 +143,6 @@ def graph_elements(g: Graph, tree: ModuleTree, expanded: set[Path], tok: str, he
             data = {"id": eid(key), "nid": nid, "label": _node_label(g, nid), "color": colors[key],
                     "bytes": fmt_bytes(leaf_bytes[key]), "name": node.name,
                     "module": node.module or "(top level)"}
-            parent = box_around(tree.path_of[nid], True)
             base = "placeholder" if node.kind == NodeKind.PLACEHOLDER else "op"
         else:
             path = key[1]
@@ -174,9 +155,6 @@ def graph_elements(g: Graph, tree: ModuleTree, expanded: set[Path], tok: str, he
                     "name": tree.full_name(path),
                     "width": max(64, 6.8 * max(len(lbl), len(count) + 11) + 12), "members": grp.size}
             base = "group"
-            parent = box_around(path, False)
-        if parent is not None:
-            data["parent"] = parent
         elements.append({"data": data, "classes": _cls(
             base, "bwd" if phase[key] == "bwd" else None, "hot" if key in leaf_hot else None,
             "live" if key in leaf_live else None, "sel" if key == sel_key else None)})
@@ -194,12 +172,7 @@ def graph_elements(g: Graph, tree: ModuleTree, expanded: set[Path], tok: str, he
         src, dst = (b, a) if rev else (a, b)
         edges.append({"data": {"id": f"{tok}-e{i}", "source": eid(src), "target": eid(dst), "count": c},
                       "classes": _cls("multi" if c > 1 else None, "rev" if rev else None)})
-    box_els = [{"data": {"id": f"{tok}-b-{path_str(p)}", "box": path_str(p), "label": tree.label(p),
-                         "name": tree.full_name(p), "color": BOX_COLOR, "bytes": "",
-                         **({"parent": up} if up is not None else {})},
-                "classes": _cls("box", "bwd" if tree.phase(p) == "bwd" else None)}
-               for p, up in sorted(boxes.items(), key=lambda kv: len(kv[0]))]  # parents first
-    return box_els + elements + edges
+    return elements + edges
 
 
 def _key_order(tree: ModuleTree, g: Graph):
@@ -291,11 +264,6 @@ def stylesheet(dom: bool = False) -> list[dict]:
             "text-halign": "center", "font-size": 12, "border-width": 1.5, "border-color": "#374151",
             "color": "data(fg)",
             "text-max-width": 260}},
-        {"selector": "node.box", "style": {
-            "shape": "round-rectangle", "background-color": "#94a3b8", "background-opacity": 0.06,
-            "border-width": 1, "border-color": "#cbd5e1", "padding": 10, "label": "data(label)",
-            "text-valign": "top", "text-halign": "center", "font-size": 14, "color": "#64748b",
-            "text-margin-y": -2, "min-zoomed-font-size": 6}},
         {"selector": "node.bwd", "style": {"border-style": "dashed"}},
         {"selector": "node.more", "style": {
             "shape": "round-rectangle", "background-color": "#f9fafb", "border-style": "dashed",
