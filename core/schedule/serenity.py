@@ -268,8 +268,9 @@ def _moves(P: UnitProblem, vunit: Sequence[int], group_fn: GroupFn | None, force
     ``rd``): ``(forced, [(vertex, its ready bit, peak, live, payload), ...], groups dropped)``.
 
     ``forced``: a single forced move (see ``dp_schedule``) stands for all of them.  A unit vertex is
-    applied inline (this is the DP's inner loop); a group vertex through ``group_fn``, which drops it
-    (None) when it cannot stay within the budget."""
+    applied inline -- ``UnitProblem.apply``'s arithmetic, which a call per candidate would make about
+    6% slower on NASNet-CIFAR; a group vertex through ``group_fn``, which drops it (None) when it
+    cannot stay within the budget."""
     steps, simple = P.steps, P.simple
     out: list[tuple] = []
     groups = []
