@@ -24,6 +24,8 @@ import tarfile
 import tempfile
 from pathlib import Path
 
+from core.ir.io import atomic_write
+
 VENDOR = Path(__file__).resolve().parents[1] / "assets" / "vendor"
 BUNDLE = VENDOR / "plotly-basic.min.js"
 PACKAGE = "plotly.js-basic-dist-min"
@@ -39,15 +41,19 @@ def wanted_version() -> str:
     return get_plotlyjs_version()
 
 
+def header_version(head: str) -> str | None:
+    """The version announced by a basic bundle's header comment (its first few hundred characters)."""
+    m = _VERSION.search(head[:400])
+    return m.group(1) if m else None
+
+
 def bundle_version(path: Path = BUNDLE) -> str | None:
     """The version in a basic bundle's header comment, or None if ``path`` is missing or not one."""
     try:
         with path.open("r", encoding="utf-8", errors="replace") as f:
-            head = f.read(400)
+            return header_version(f.read(400))
     except OSError:
         return None
-    m = _VERSION.search(head)
-    return m.group(1) if m else None
 
 
 def usable(path: Path = BUNDLE) -> bool:
@@ -80,14 +86,9 @@ def fetch(dest: Path = BUNDLE, npm: str = "npm", timeout: float = 180.0) -> Path
             if src is None:
                 raise RuntimeError(f"{tarballs[0].name} has no {MEMBER}")
             data = src.read()
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    part = dest.with_suffix(".part")
-    part.write_bytes(data)
-    if bundle_version(part) != version:
-        part.unlink()
+    if header_version(data[:400].decode("utf-8", "replace")) != version:
         raise RuntimeError(f"{PACKAGE}@{version} does not announce version {version} in its header")
-    part.replace(dest)
-    return dest
+    return atomic_write(dest, data)
 
 
 def main() -> int:

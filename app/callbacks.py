@@ -51,11 +51,13 @@ LIVE_CLICKED = """function(click, gid, sched, device) {
 MARK_LIVE = "function(live, _g, _d, table) {" + CY_OF + """
     const ok = live && table && live.gid === table.gid;
     const want = new Set(ok ? live.nodes : []);
-    let pathOf = null;
+    const cache = window.__magisPathOf || (window.__magisPathOf = new WeakMap());  // per table
     function path(nid) {
+        let pathOf = cache.get(table);
         if (!pathOf) {
             pathOf = new Map();
             table.ids.forEach((id, i) => pathOf.set(id, table.paths[table.idx[i]]));
+            cache.set(table, pathOf);
         }
         return pathOf.get(nid);
     }
@@ -199,7 +201,7 @@ def domtree_of(state: AppState, view: dict, selected, live, hot, only_info: bool
 
 
 def paths_of(state: AppState, gid: str) -> dict:
-    return {"gid": gid, **cyto.path_table(state.entry(gid).tree)}
+    return {"gid": gid, **state.entry(gid).path_table()}
 
 
 def analysis_of(state: AppState, gid: str, device: str, sched: str, resident) -> tuple:

@@ -44,11 +44,10 @@ def create_app(initial_sample: str | None = None, graph_file: str | None = None,
             raise AppError(f"unknown sample {name!r}; samples: {', '.join(sample_names())}")
         initial = f"sample:{name}"
     ignore = ""
-    if bundle.BUNDLE.exists() and not basic_plotly:
-        ignore = re.escape(bundle.BUNDLE.name) + "$"
-    elif bundle.BUNDLE.exists() and not bundle.usable():
-        log.warning("ignoring %s: plotly.js %s there, %s wanted (python -m app.bundle fetches it)",
-                    bundle.BUNDLE, bundle.bundle_version(), bundle.wanted_version())
+    if bundle.BUNDLE.exists() and not (basic_plotly and bundle.usable()):
+        if basic_plotly:
+            log.warning("ignoring %s: plotly.js %s there, %s wanted (python -m app.bundle fetches it)",
+                        bundle.BUNDLE, bundle.bundle_version(), bundle.wanted_version())
         ignore = re.escape(bundle.BUNDLE.name) + "$"
     app = dash.Dash(__name__, title="MAGIS Studio", assets_folder=str(ASSETS), update_title=None,
                     suppress_callback_exceptions=True, assets_ignore=ignore)

@@ -99,6 +99,7 @@ class GraphEntry:
     _dom_done: bool = False
     _dom_children: dict[int, list[int]] | None = None
     _dom_sizes: dict[int, int] | None = None
+    _path_table: dict | None = None
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def dom(self) -> DominatorTree | None:
@@ -110,6 +111,14 @@ class GraphEntry:
                     self.dom_error = f"no dominator tree: {e}"
                 self._dom_done = True
         return self._dom
+
+    def path_table(self) -> dict:
+        """``cyto.path_table`` of the module tree, built once (sent on every switch to this graph)."""
+        if self._path_table is None:
+            from .cyto import path_table
+
+            self._path_table = path_table(self.tree)
+        return self._path_table
 
     def dom_children(self) -> dict[int, list[int]]:
         if self._dom_children is None:
