@@ -18,7 +18,7 @@ from __future__ import annotations
 import random
 
 from core.ir.builder import GraphBuilder
-from core.ir.graph import Graph, NodeKind, TensorKind, TensorMeta, TRef, map_refs
+from core.ir.graph import Graph, NodeKind, TensorKind, TensorMeta, TRef
 
 OPS = ["sep3", "sep5", "pool", "pool", "id", "conv"]
 
@@ -90,18 +90,7 @@ def _fresh(g: Graph, name: str, inputs: list[TRef], nbytes: int) -> TRef:
 
 
 def _replace_uses(g: Graph, old: TRef, new: TRef, only: set[int] | None = None) -> set[int]:
-    changed: set[int] = set()
-    for n in g.nodes.values():
-        if n.id == new.node or (only is not None and n.id not in only):
-            continue
-        if old in n.inputs():
-            n.args = map_refs(n.args, lambda r: new if r == old else r)
-            changed.add(n.id)
-    for k, r in list(g.outputs.items()):
-        if r == old:
-            g.outputs[k] = new
-    g.invalidate()
-    return changed
+    return set(g.replace_all_uses_with(old, new, only=only))
 
 
 def local_rewrite(g: Graph, rng: random.Random, focus: set[int] | None = None) -> tuple[Graph, set[int]]:

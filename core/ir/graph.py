@@ -20,98 +20,40 @@ The schema also carries what later transformations produce:
 
 from __future__ import annotations
 
-import math
+import copy
 from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
-from enum import StrEnum
 from typing import Any
 
+from .lint import lint_graph
+from .topo import kahn_order
+from .types import (
+    COMBINES,
+    DTYPE_BYTES,
+    GraphError,
+    NodeKind,
+    TensorKind,
+    TensorMeta,
+    TorchConst,
+    TRef,
+)
 
-class TensorKind(StrEnum):
-    INPUT = "input"
-    WEIGHT = "weight"
-    ACTIVATION = "activation"
-    GRADIENT = "gradient"
-    OPTIMIZER_STATE = "optimizer_state"
-    OUTPUT = "output"
-
-
-class NodeKind(StrEnum):
-    PLACEHOLDER = "placeholder"
-    OP = "op"
-    FISSION = "fission"
-    STORE = "store"
-    LOAD = "load"
-
-
-DTYPE_BYTES: dict[str, float] = {
-    "float64": 8, "float32": 4, "float16": 2, "bfloat16": 2,
-    "int64": 8, "int32": 4, "int16": 2, "int8": 1, "uint8": 1, "bool": 1,
-    "complex64": 8, "complex128": 16,
-    "float8_e4m3fn": 1, "float8_e5m2": 1,
-}
-
-
-class GraphError(ValueError):
-    """A graph is malformed (bad file, cycle, missing shape, dangling edge...)."""
-
-
-@dataclass(frozen=True, order=True)
-class TRef:
-    """Reference to output ``index`` of node ``node`` -- an edge of the graph."""
-
-    node: int
-    index: int = 0
-
-    def __repr__(self) -> str:
-        return f"%{self.node}" if self.index == 0 else f"%{self.node}.{self.index}"
-
-
-@dataclass
-class TensorMeta:
-    shape: tuple[int, ...]
-    dtype: str
-    kind: TensorKind = TensorKind.ACTIVATION
-    alias: TRef | None = None  # the tensor whose storage this one shares (a view)
-    device: str = "device"  # "device" (accelerator memory) or "host" (swapped out)
-    storage_bytes: int | None = None  # when the op's storage is larger than the tensor (see ops)
-
-    def __post_init__(self) -> None:
-        self.shape = tuple(int(s) for s in self.shape)
-        if self.dtype not in DTYPE_BYTES:
-            raise GraphError(f"unknown dtype {self.dtype!r}")
-
-    @property
-    def numel(self) -> int:
-        return math.prod(self.shape)
-
-    @property
-    def itemsize(self) -> float:
-        return DTYPE_BYTES[self.dtype]
-
-    @property
-    def nbytes(self) -> int:
-        """Bytes of this tensor's own storage (0 for a view: it shares its base's)."""
-        if self.alias is not None:
-            return 0
-        if self.storage_bytes is not None:
-            return self.storage_bytes
-        return int(self.numel * self.itemsize)
-
-    @property
-    def logical_bytes(self) -> int:
-        return int(self.numel * self.itemsize)
+__all__ = ["COMBINES", "DTYPE_BYTES", "Edit", "EditLog", "FissionSpec", "Graph", "GraphError", "Node",
+           "NodeKind", "TensorKind", "TensorMeta", "TorchConst", "TRef", "copy_struct", "kahn_order",
+           "map_refs"]
 
 
 @dataclass
 class FissionSpec:
     """An F-Trans f = (S, D, n) kept as one hierarchical node (MAGIS section 4.2-4.3).
 
-    ``graph`` holds one copy of the split sub-graph S; its placeholders correspond, in order, to the
-    tensor inputs of the fission node.  ``in_dims[i]`` is the dimension along which input i is
-    sliced (``None``: shared, e.g. a weight).  ``out_combine[j]`` says how the n partial results of
-    output j are merged: ``("cat", d)`` concatenates along d, ``("sum", None)`` adds them (a reduce
-    axis, e.g. weight gradients along the batch).
+    ``graph`` holds one copy of the split sub-graph S at the size of one part; its placeholders
+    correspond, in order, to the tensor inputs of the fission node.  ``in_dims[i]`` is the
+    dimension along which input i is sliced (``None``: shared, e.g. a weight).  ``out_combine[j]``
+    says how the n partial results of output j (the sub-graph's outputs, in order) are merged:
+    ``("cat", d)`` writes part k into slice k of dimension d of the full-size output, ``("sum",
+    None)`` accumulates them (a reduce axis, e.g. weight gradients along the batch).
     """
 
     graph: Graph
@@ -119,38 +61,109 @@ class FissionSpec:
     in_dims: list[int | None]
     out_combine: list[tuple[str, int | None]]
 
+    def copy(self) -> FissionSpec:
+        return FissionSpec(self.graph.copy(), self.n, list(self.in_dims), [tuple(c) for c in self.out_combine])
 
-@dataclass(eq=False)
+
+
 class Node:
-    id: int
-    name: str
-    op: str  # aten overload ("aten.mm.default"), or "placeholder" / "fission" / "store" / "load"
-    kind: NodeKind = NodeKind.OP
-    args: list[Any] = field(default_factory=list)
-    kwargs: dict[str, Any] = field(default_factory=dict)
-    outputs: list[TensorMeta] = field(default_factory=list)
-    module: str = ""  # module path, e.g. "encoder.layer.3.attention"
-    target: str = ""  # placeholders: "param:<name>", "buffer:<name>", "input:<i>", ...
-    recompute_of: int | None = None
-    fission: FissionSpec | None = None
+    """One operator: aten overload ``op`` (or placeholder / fission / store / load) with its
+    arguments and output tensors.
+
+    ``args`` / ``kwargs`` are assigned, never mutated in place: assigning them through the property
+    (or the graph's primitives) keeps the graph's use lists and this node's cached inputs correct
+    (``Graph.lint`` finds an in-place mutation).  ``inputs()`` is cached per assignment.
+    """
+
+    __slots__ = ("id", "name", "op", "kind", "_args", "_kwargs", "outputs", "module", "target",
+                 "recompute_of", "fission", "_inputs", "_preds", "_graph")
+
+    def __init__(self, id: int, name: str, op: str, kind: NodeKind = NodeKind.OP,
+                 args: list[Any] | None = None, kwargs: dict[str, Any] | None = None,
+                 outputs: list[TensorMeta] | None = None, module: str = "", target: str = "",
+                 recompute_of: int | None = None, fission: FissionSpec | None = None) -> None:
+        self.id = id
+        self.name = name
+        self.op = op  # aten overload ("aten.mm.default"), or "placeholder" / "fission" / "store" / "load"
+        self.kind = kind
+        self.outputs: list[TensorMeta] = list(outputs or [])
+        self.module = module  # module path, e.g. "encoder.layer.3.attention"
+        self.target = target  # placeholders: "param:<name>", "buffer:<name>", "input:<i>", ...
+        self.recompute_of = recompute_of  # the op this one re-materialises (MAGIS section 5.2)
+        self.fission = fission
+        self._graph: Graph | None = None
+        self._args: list[Any] = list(args or [])
+        self._kwargs: dict[str, Any] = dict(kwargs or {})
+        self._refresh()
+
+    # ---- arguments and cached inputs ------------------------------------------------------------
+    def _refresh(self) -> None:
+        self._inputs = self.scan_inputs()
+        self._preds = tuple(sorted({r.node for r in self._inputs}))
+
+    def scan_inputs(self) -> tuple[TRef, ...]:
+        """The tensor inputs found by walking the arguments now (``inputs()`` is the cached copy)."""
+        found: list[TRef] = []
+        _collect_refs(self._args, found)
+        _collect_refs(list(self._kwargs.values()), found)
+        return tuple(found)
 
     @property
-    def out(self) -> TensorMeta:
-        return self.outputs[0]
+    def args(self) -> list[Any]:
+        return self._args
 
-    def inputs(self) -> list[TRef]:
+    @args.setter
+    def args(self, value: list[Any]) -> None:
+        self._set(list(value), self._kwargs)
+
+    @property
+    def kwargs(self) -> dict[str, Any]:
+        return self._kwargs
+
+    @kwargs.setter
+    def kwargs(self, value: dict[str, Any]) -> None:
+        self._set(self._args, dict(value))
+
+    def _set(self, args: list[Any], kwargs: dict[str, Any]) -> None:
+        if self._graph is not None:
+            self._graph.set_args(self, args, kwargs)
+        else:
+            self._args, self._kwargs = args, kwargs
+            self._refresh()
+
+    def inputs(self) -> tuple[TRef, ...]:
         """Tensor inputs in argument order (duplicates kept)."""
-        found: list[TRef] = []
-        _collect_refs(self.args, found)
-        _collect_refs(list(self.kwargs.values()), found)
-        return found
+        return self._inputs
 
     def refs(self) -> list[TRef]:
         return [TRef(self.id, i) for i in range(len(self.outputs))]
 
     @property
+    def out(self) -> TensorMeta:
+        return self.outputs[0]
+
+    @property
     def out_bytes(self) -> int:
         return sum(t.nbytes for t in self.outputs)
+
+    def copy(self) -> Node:
+        """A detached copy that shares nothing mutable (arguments, tensors, fission sub-graph)."""
+        return Node(self.id, self.name, self.op, self.kind, copy_struct(self._args),
+                    copy_struct(self._kwargs), [copy.copy(t) for t in self.outputs], self.module,
+                    self.target, self.recompute_of, self.fission.copy() if self.fission else None)
+
+    def same_as(self, other: Node) -> bool:
+        """Equal in every field (ids included); fission sub-graphs compared structurally."""
+        if (self.id, self.name, self.op, self.kind, self._args, self._kwargs, self.outputs, self.module,
+                self.target, self.recompute_of) != (other.id, other.name, other.op, other.kind, other._args,
+                                                    other._kwargs, other.outputs, other.module, other.target,
+                                                    other.recompute_of):
+            return False
+        a, b = self.fission, other.fission
+        if a is None or b is None:
+            return a is b
+        return (a.n, a.in_dims, [tuple(c) for c in a.out_combine]) == (
+            b.n, b.in_dims, [tuple(c) for c in b.out_combine]) and a.graph.same_as(b.graph)
 
     def __repr__(self) -> str:
         return f"Node({self.id}, {self.name}, {self.op})"
@@ -180,11 +193,56 @@ def map_refs(obj: Any, fn) -> Any:
     return obj
 
 
+def copy_struct(obj: Any) -> Any:
+    """Copy an argument structure: new lists and dicts; TRefs, constants and scalars are immutable."""
+    if isinstance(obj, list):
+        return [copy_struct(x) for x in obj]
+    if isinstance(obj, dict):
+        return {k: copy_struct(v) for k, v in obj.items()}
+    if isinstance(obj, tuple):
+        return tuple(copy_struct(x) for x in obj)
+    return obj
+
+
+# ---- the edit journal --------------------------------------------------------------------------
+@dataclass
+class Edit:
+    """One primitive edit, with what it needs to be run backwards."""
+
+    kind: str  # "add" | "erase" | "args" | "output"
+    nid: int = -1
+    node: Node | None = None  # "erase": the erased node
+    position: int = -1  # "erase": its place in the graph's node order
+    old: Any = None  # "args": (args, kwargs); "output": (key, ref or None)
+
+
+@dataclass
+class EditLog:
+    """The primitive edits of one recording (``Graph.recording``), oldest first.  ``Graph.undo``
+    runs them backwards, so every rule's inverse is its primitives in reverse."""
+
+    edits: list[Edit] = field(default_factory=list)
+    next_id: int = 0  # the graph's id counter when the recording started (restored by undo)
+
+    def added(self) -> list[int]:
+        """Ids of nodes added (and still present at the end of the recording)."""
+        gone = {e.nid for e in self.edits if e.kind == "erase"}
+        return [e.nid for e in self.edits if e.kind == "add" and e.nid not in gone]
+
+    def touched(self) -> set[int]:
+        """Ids of every node added, erased or re-wired."""
+        return {e.nid for e in self.edits if e.kind != "output"}
+
+
 class Graph:
     """A computation graph: nodes keyed by stable integer ids, plus named outputs.
 
     Node ids are assigned in traced order and never reused; ``nodes`` iterates in insertion order,
-    which for an imported graph is the order PyTorch ran it.
+    which for an imported graph is the order PyTorch ran it.  Edit the graph only through its
+    primitives -- ``add_node``, ``erase_node``, ``set_args`` (or assigning ``node.args``),
+    ``replace_input``, ``replace_all_uses_with``, ``set_output`` -- which keep the use lists correct
+    and, inside ``recording()``, journal every edit so that ``undo`` restores the graph exactly.
+    ``nodes`` and ``outputs`` are for reading.  ``lint`` checks every invariant.
     """
 
     def __init__(self, name: str = "graph", meta: dict[str, Any] | None = None) -> None:
@@ -193,31 +251,175 @@ class Graph:
         self.nodes: dict[int, Node] = {}
         self.outputs: dict[str, TRef] = {}
         self._next_id = 0
-        self._users: dict[int, list[int]] | None = None
-        self._roots: dict[TRef, TRef] | None = None
+        self._uses: dict[int, dict[int, int]] = {}  # producer id -> {consumer id: number of refs}
+        self._roots: dict[TRef, TRef] = {}
+        self._log: EditLog | None = None
 
-    # ---- construction -------------------------------------------------------------------------
-    def add_node(self, node: Node | None = None, **fields: Any) -> Node:
+    # ---- primitives ----------------------------------------------------------------------------
+    def add_node(self, node: Node | None = None, *, check: bool = True, **fields: Any) -> Node:
+        """Insert a node (a Node, or the fields of one; ``id`` defaults to a fresh id).  With
+        ``check`` (default) every tensor it reads must already exist -- so the insertion order
+        stays topological; loaders pass ``check=False`` and call ``validate`` afterwards."""
         if node is None:
             fields.setdefault("id", self._next_id)
             node = Node(**fields)
         if node.id in self.nodes:
             raise GraphError(f"duplicate node id {node.id}")
+        if node._graph is not None:
+            raise GraphError(f"node {node.name!r} already belongs to a graph")
+        if check:
+            for r in node.inputs():
+                self._check_ref(r, node)
         self.nodes[node.id] = node
+        node._graph = self
         self._next_id = max(self._next_id, node.id + 1)
-        self.invalidate()
+        self._link(node, +1)
+        self._roots.clear()
+        if self._log is not None:
+            self._log.edits.append(Edit("add", node.id))
         return node
 
-    def remove_node(self, nid: int) -> None:
+    def erase_node(self, nid: int) -> Node:
+        """Remove node ``nid``; refused while it has users or is a graph output."""
+        node = self.nodes.get(nid)
+        if node is None:
+            raise GraphError(f"no node with id {nid}")
+        users = self.users(nid)
+        if users:
+            names = ", ".join(repr(self.nodes[u].name) for u in users[:3])
+            raise GraphError(f"cannot erase {node.name!r}: it still has users ({names})")
+        if any(r.node == nid for r in self.outputs.values()):
+            raise GraphError(f"cannot erase {node.name!r}: it is a graph output")
+        position = -1
+        if self._log is not None:
+            position = len(self.nodes) - 1 if next(reversed(self.nodes)) == nid else list(self.nodes).index(nid)
+        self._link(node, -1)
         del self.nodes[nid]
-        self.invalidate()
+        self._uses.pop(nid, None)
+        node._graph = None
+        self._roots.clear()
+        if self._log is not None:
+            self._log.edits.append(Edit("erase", nid, node=node, position=position))
+        return node
+
+    remove_node = erase_node
+
+    def set_args(self, node: Node | int, args: list[Any], kwargs: dict[str, Any] | None = None) -> None:
+        """Replace a node's arguments (use lists follow)."""
+        node = self.nodes[node] if isinstance(node, int) else node
+        if node._graph is not self:
+            raise GraphError(f"node {node.name!r} is not in this graph")
+        kwargs = node._kwargs if kwargs is None else kwargs
+        new = Node(node.id, node.name, node.op, args=args, kwargs=kwargs)  # for its refs only
+        for r in new.inputs():
+            self._check_ref(r, node)
+        if self._log is not None:
+            self._log.edits.append(Edit("args", node.id, old=(node._args, node._kwargs)))
+        self._link(node, -1)
+        node._args, node._kwargs = args, kwargs
+        node._refresh()
+        self._link(node, +1)
+
+    def replace_input(self, node: Node | int, old: TRef, new: TRef) -> bool:
+        """Make ``node`` read ``new`` wherever it read ``old``; True if anything changed."""
+        node = self.nodes[node] if isinstance(node, int) else node
+        if old not in node.inputs():
+            return False
+        fn = (lambda r: new if r == old else r)  # noqa: E731
+        self.set_args(node, map_refs(node._args, fn), map_refs(node._kwargs, fn))
+        return True
+
+    def replace_all_uses_with(self, old: TRef, new: TRef, only: Iterable[int] | None = None,
+                              outputs: bool = True) -> list[int]:
+        """Every reader of ``old`` (or those in ``only``) reads ``new`` instead; graph outputs
+        follow when ``outputs``.  Returns the ids of the re-wired nodes (sorted)."""
+        self._check_ref(new, None)
+        allowed = None if only is None else set(only)
+        changed = []
+        for u in self.users(old.node):
+            if u == new.node or (allowed is not None and u not in allowed):
+                continue
+            if self.replace_input(u, old, new):
+                changed.append(u)
+        if outputs:
+            for k, r in list(self.outputs.items()):
+                if r == old:
+                    self.set_output(k, new)
+        return changed
+
+    def set_output(self, key: str, ref: TRef | None) -> None:
+        """Set (or with ``None`` remove) graph output ``key``."""
+        if ref is not None:
+            self._check_ref(ref, None)
+        if self._log is not None:
+            self._log.edits.append(Edit("output", old=(key, self.outputs.get(key))))
+        if ref is None:
+            self.outputs.pop(key, None)
+        else:
+            self.outputs[key] = ref
+
+    def _check_ref(self, r: TRef, node: Node | None) -> None:
+        where = f"node {node.name!r}" if node is not None else "edit"
+        p = self.nodes.get(r.node)
+        if p is None:
+            raise GraphError(f"{where} uses missing node id {r.node}")
+        if not 0 <= r.index < len(p.outputs):
+            raise GraphError(f"{where} uses output {r.index} of {p.name!r}, which has {len(p.outputs)} outputs")
+
+    def _link(self, node: Node, sign: int) -> None:
+        for r in node.inputs():
+            users = self._uses.setdefault(r.node, {})
+            c = users.get(node.id, 0) + sign
+            if c:
+                users[node.id] = c
+            else:
+                del users[node.id]
+
+    # ---- journal -------------------------------------------------------------------------------
+    @contextmanager
+    def recording(self) -> Iterator[EditLog]:
+        """Journal the primitive edits made inside the block (recordings do not nest)."""
+        if self._log is not None:
+            raise GraphError("graph edits are already being recorded")
+        log = EditLog(next_id=self._next_id)
+        self._log = log
+        try:
+            yield log
+        finally:
+            self._log = None
+
+    def undo(self, log: EditLog) -> None:
+        """Run the edits of ``log`` backwards: the graph is exactly as before the recording (node
+        order, id counter and use lists included)."""
+        if self._log is not None:
+            raise GraphError("cannot undo while recording")
+        for e in reversed(log.edits):
+            if e.kind == "add":
+                self.erase_node(e.nid)
+            elif e.kind == "erase":
+                node = e.node
+                assert node is not None
+                self.add_node(node)
+                if e.position != len(self.nodes) - 1:
+                    self._move(node.id, e.position)
+            elif e.kind == "args":
+                self.set_args(e.nid, *e.old)
+            else:
+                key, ref = e.old
+                self.set_output(key, ref)
+        self._next_id = log.next_id
+
+    def _move(self, nid: int, position: int) -> None:
+        order = [i for i in self.nodes if i != nid]
+        order.insert(position, nid)
+        self.nodes = {i: self.nodes[i] for i in order}
 
     def new_id(self) -> int:
         return self._next_id
 
     def invalidate(self) -> None:
-        self._users = None
-        self._roots = None
+        """Forget cached alias roots (after changing an output's ``TensorMeta.alias`` in place)."""
+        self._roots.clear()
 
     # ---- queries -------------------------------------------------------------------------------
     def __len__(self) -> int:
@@ -238,24 +440,21 @@ class Graph:
     def ops(self) -> list[Node]:
         return [n for n in self.nodes.values() if n.kind != NodeKind.PLACEHOLDER]
 
-    def preds(self, nid: int) -> list[int]:
+    def preds(self, nid: int) -> tuple[int, ...]:
         """Distinct producer node ids of ``nid``'s inputs (sorted)."""
-        return sorted({r.node for r in self.nodes[nid].inputs()})
+        return self.nodes[nid]._preds
 
     def users(self, nid: int) -> list[int]:
         """Distinct consumer node ids of any output of ``nid`` (sorted)."""
-        if self._users is None:
-            users: dict[int, set[int]] = {i: set() for i in self.nodes}
-            for n in self.nodes.values():
-                for r in n.inputs():
-                    users[r.node].add(n.id)
-            self._users = {i: sorted(s) for i, s in users.items()}
-        return self._users[nid]
+        u = self._uses.get(nid)
+        return sorted(u) if u else []
+
+    def readers(self, ref: TRef) -> list[int]:
+        """Ids of the nodes that read tensor ``ref`` (sorted)."""
+        return [u for u in self.users(ref.node) if ref in self.nodes[u].inputs()]
 
     def storage_root(self, ref: TRef) -> TRef:
         """The tensor that owns the storage ``ref`` lives in (itself unless it is a view)."""
-        if self._roots is None:
-            self._roots = {}
         root = self._roots.get(ref)
         if root is None:
             cur = ref
@@ -276,7 +475,8 @@ class Graph:
         """The insertion (traced) order if it is topological, else a stable Kahn order."""
         order = list(self.nodes)
         pos = {nid: i for i, nid in enumerate(order)}
-        if all(pos[p] < pos[n] for n in order for p in self.preds(n)):
+        nodes = self.nodes
+        if all(pos[p] < i for i, nid in enumerate(order) for p in nodes[nid]._preds):
             return order
         return kahn_order(self)
 
@@ -294,79 +494,35 @@ class Graph:
 
     # ---- validation ----------------------------------------------------------------------------
     def validate(self) -> None:
-        """Check edges, shapes, aliases and acyclicity; raise GraphError with a clear message."""
-        for n in self.nodes.values():
-            if n.kind == NodeKind.PLACEHOLDER and n.inputs():
-                raise GraphError(f"placeholder {n.name!r} has inputs")
-            for r in n.inputs():
-                if r.node not in self.nodes:
-                    raise GraphError(f"node {n.name!r} uses missing node id {r.node}")
-                if not 0 <= r.index < len(self.nodes[r.node].outputs):
-                    raise GraphError(f"node {n.name!r} uses output {r.index} of "
-                                     f"{self.nodes[r.node].name!r}, which has "
-                                     f"{len(self.nodes[r.node].outputs)} outputs")
-            for t in n.outputs:
-                if t.alias is not None and t.alias.node not in self.nodes:
-                    raise GraphError(f"node {n.name!r} aliases missing node id {t.alias.node}")
-            if n.kind == NodeKind.FISSION:
-                if n.fission is None:
-                    raise GraphError(f"fission node {n.name!r} has no sub-graph")
-                if n.fission.n < 1:
-                    raise GraphError(f"fission node {n.name!r} has n={n.fission.n}")
-                n.fission.graph.validate()
-        for key, r in self.outputs.items():
-            if r.node not in self.nodes or r.index >= len(self.nodes[r.node].outputs):
-                raise GraphError(f"graph output {key!r} refers to a missing tensor {r}")
-        kahn_order(self)  # raises on a cycle
+        """Check edges, aliases, node contracts and acyclicity; raise GraphError with a clear
+        message (the first problem ``lint`` finds)."""
+        problems = self.lint_problems(limit=1)
+        if problems:
+            raise GraphError(problems[0])
+
+    def lint(self) -> None:
+        """Raise GraphError listing every broken invariant (at most 10)."""
+        problems = self.lint_problems(limit=10)
+        if problems:
+            raise GraphError("; ".join(problems))
+
+    def lint_problems(self, limit: int | None = None) -> list[str]:
+        """Every broken invariant: dangling edges and aliases, stale use lists or cached inputs, a
+        placeholder with inputs, contracts of recompute / store / load / fission nodes, graph
+        outputs, cycles."""
+        return lint_graph(self, limit)
+
+    def same_as(self, other: Graph) -> bool:
+        """Structurally identical: same nodes (ids, order and every field) and outputs."""
+        if list(self.nodes) != list(other.nodes) or self.outputs != other.outputs:
+            return False
+        return all(a.same_as(other.nodes[i]) for i, a in self.nodes.items())
 
     def copy(self) -> Graph:
-        import copy as _copy
-
-        g = Graph(self.name, _copy.deepcopy(self.meta))
+        """A deep copy that shares nothing mutable with this graph (fission sub-graphs included)."""
+        g = Graph(self.name, copy.deepcopy(self.meta))
         for n in self.nodes.values():
-            g.add_node(_copy.copy(n))
-            g.nodes[n.id].args = _copy.deepcopy(n.args)
-            g.nodes[n.id].kwargs = _copy.deepcopy(n.kwargs)
-            g.nodes[n.id].outputs = [_copy.copy(t) for t in n.outputs]
+            g.add_node(n.copy(), check=False)
         g.outputs = dict(self.outputs)
         g._next_id = self._next_id
         return g
-
-
-def kahn_order(g: Graph, nodes: Iterable[int] | None = None) -> list[int]:
-    """Topological order by Kahn's algorithm, ties broken by node id; raises GraphError on a cycle."""
-    import heapq
-
-    ids = list(g.nodes) if nodes is None else list(nodes)
-    idset = set(ids)
-    indeg = {i: 0 for i in ids}
-    for i in ids:
-        indeg[i] = sum(1 for p in g.preds(i) if p in idset)
-    heap = [i for i in ids if indeg[i] == 0]
-    heapq.heapify(heap)
-    out: list[int] = []
-    while heap:
-        i = heapq.heappop(heap)
-        out.append(i)
-        for u in g.users(i):
-            if u in idset:
-                indeg[u] -= 1
-                if indeg[u] == 0:
-                    heapq.heappush(heap, u)
-    if len(out) != len(ids):
-        stuck = sorted(i for i in ids if indeg[i] > 0)[:5]
-        names = ", ".join(repr(g.nodes[i].name) for i in stuck)
-        raise GraphError(f"graph has a cycle (through {names})")
-    return out
-
-
-@dataclass(frozen=True)
-class TorchConst:
-    """A torch constant in op arguments: ("dtype", "float32"), ("layout", "strided"),
-    ("memory_format", "contiguous_format") or ("device", "cpu")."""
-
-    kind: str
-    value: str
-
-    def __repr__(self) -> str:
-        return f"torch.{self.value}" if self.kind != "device" else f"device({self.value!r})"
