@@ -3,20 +3,24 @@
 Ops run one after another on the compute stream in schedule order.  Store/Load (swap) ops run on a
 separate copy stream, asynchronously: a copy starts when its input is ready and the copy stream is
 free, and a compute op that needs a loaded tensor waits for the copy to finish (MAGIS section 3:
-swaps only cost time when compute must wait for them).  Memory is the step-wise active memory of
-``core.analysis.lifetimes`` (bytes of storages; views are free).
+swaps only cost time when compute must wait for them).  Memory is ``core.analysis.lifetimes`` with
+the copy times: a stored tensor's device storage is freed once its STORE copy has finished (as with
+``record_stream``), so it may stay alive for a few steps after the STORE is issued.  Memory is
+available per step and over time (seconds); the peak is the same on both.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
-from .analysis.lifetimes import MemoryProfile, Storage, memory_profile
+from .analysis.lifetimes import MemoryProfile, Storage, memory_over_time, memory_profile, storage_table
 from .cost.model import AnalyticCost, CostModel
 from .ir.graph import Graph, NodeKind, TRef
+
+COPY_KINDS = (NodeKind.STORE, NodeKind.LOAD)
 
 
 @dataclass
@@ -27,10 +31,19 @@ class SimResult:
     stream: list[str]  # "compute" or "copy" per step
     latency: float
     memory: MemoryProfile
+    issue: np.ndarray = field(default_factory=lambda: np.zeros(0))  # compute-stream time a step is issued at
+    graph: Graph | None = field(default=None, repr=False)
 
     @property
     def peak(self) -> int:
         return self.memory.peak
+
+    @property
+    def compute_wait(self) -> float:
+        """Seconds the compute stream waited for copies (the latency cost of swapping)."""
+        busy = float(sum(e - s for e, s, k in zip(self.end, self.start, self.stream, strict=True) if k == "compute"))
+        last = float(max((e for e, k in zip(self.end, self.stream, strict=True) if k == "compute"), default=0.0))
+        return last - busy
 
     def hotspots(self) -> list[Storage]:
         return self.memory.hotspots()
@@ -39,34 +52,64 @@ class SimResult:
         """(time at the start of each step, bytes alive during it)."""
         return self.start, self.memory.step_bytes
 
+    def memory_over_time(self) -> tuple[np.ndarray, np.ndarray]:
+        """Device bytes alive as a step function of time (seconds): each storage from the issue time
+        of its producer to the end of its last member (the end of the copy for a STORE member)."""
+        if self.graph is None:
+            raise ValueError("this result was made without its graph")
+        g = self.graph
+        pos = {nid: i for i, nid in enumerate(self.order)}
+        info = {(s.root, s.scratch): s for s in storage_table(g).storages}
+        end, latency = self.end, self.latency
+
+        def free_time(st: Storage) -> float:
+            s = info[(st.root, st.scratch)]
+            if st.alloc < 0 or s.kept:
+                return latency
+            t = float(end[pos[s.producer]]) if not s.placeholder else 0.0
+            return max([t] + [float(end[pos[m]]) for m in s.members])
+
+        return memory_over_time(self.memory.storages, self.issue, free_time)
+
 
 def simulate(g: Graph, order: Sequence[int], cost: CostModel | None = None,
              count_resident: bool = True, validate: bool = True) -> SimResult:
     cost = cost or AnalyticCost()
     order = list(order)
-    mem = memory_profile(g, order, count_resident=count_resident, validate=validate)
     n = len(order)
     start = np.zeros(n)
     end = np.zeros(n)
+    issue = np.zeros(n)
     stream = ["compute"] * n
     ready: dict[int, float] = {}
     t_compute = 0.0
     t_copy = 0.0
+    nodes = g.nodes
     for i, nid in enumerate(order):
-        node = g.nodes[nid]
+        node = nodes[nid]
         dep = max((ready.get(r.node, 0.0) for r in node.inputs()), default=0.0)
         dur = cost.node_time(g, node)
-        if node.kind in (NodeKind.STORE, NodeKind.LOAD):
+        issue[i] = t_compute
+        if node.kind in COPY_KINDS:
             s = max(dep, t_copy)
             t_copy = s + dur
             stream[i] = "copy"
         else:
             s = max(dep, t_compute)
             t_compute = s + dur
+            issue[i] = s
         start[i], end[i] = s, s + dur
         ready[nid] = s + dur
+
+    def copy_done(step: int) -> int:
+        """The last step issued before the copy issued at ``step`` finishes."""
+        return max(step, int(np.searchsorted(issue, end[step], side="left")) - 1)
+
+    has_copies = any(k == "copy" for k in stream)
+    mem = memory_profile(g, order, count_resident=count_resident, validate=validate,
+                         copy_done=copy_done if has_copies else None)
     latency = float(end.max()) if n else 0.0
-    return SimResult(order, start, end, stream, latency, mem)
+    return SimResult(order, start, end, stream, latency, mem, issue, g)
 
 
 def op_times(g: Graph, cost: CostModel | None = None) -> dict[int, float]:

@@ -17,6 +17,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from ..analysis.lifetimes import storage_table
 from ..ir.graph import Graph, Node, NodeKind, TRef
 
 # names the generated code uses itself
@@ -94,25 +95,32 @@ class ReleasePlan:
 
 
 def release_plan(g: Graph, order: Sequence[int]) -> ReleasePlan:
-    """Delete every op-output name after its last use (see the module docstring)."""
+    """Delete every op-output name after its last use (see the module docstring): the uses are
+    ``lifetimes.storage_table``'s, so the storage of root u dies after ``max`` over its aliases of
+    their last uses -- the free step of ``lifetimes.storage_events``."""
     pos = {nid: i for i, nid in enumerate(order)}
     keep = set(g.outputs.values())
-    last: dict[TRef, int] = {}
+    uses = storage_table(g).uses
     used: set[TRef] = set(keep)
-    for i, nid in enumerate(order):
-        node = g[nid]
-        for r in node.refs():
-            last[r] = i
-        for r in node.inputs():
-            used.add(r)
-            if g[r.node].kind != NodeKind.PLACEHOLDER:
-                if r.node not in pos:
-                    raise ValueError(f"{node.name!r} reads {g[r.node].name!r}, which is not scheduled")
-                last[r] = max(last[r], i)
     after: list[list[TRef]] = [[] for _ in order]
-    for r, i in last.items():
-        if r not in keep:
-            after[i].append(r)
+    for i, nid in enumerate(order):
+        for r in g[nid].refs():
+            readers = uses.get(r, ())
+            if readers:
+                used.add(r)
+            last = i
+            for u in readers:
+                p = pos.get(u)
+                if p is None:
+                    raise ValueError(f"{g[u].name!r} reads {g[nid].name!r} but is not scheduled")
+                last = max(last, p)
+            if r not in keep:
+                after[last].append(r)
+    for r in uses:
+        if g[r.node].kind == NodeKind.PLACEHOLDER:
+            used.add(r)
+        elif r.node not in pos:
+            raise ValueError(f"{g[uses[r][0]].name!r} reads {g[r.node].name!r}, which is not scheduled")
     for lst in after:
         lst.sort()
     return ReleasePlan(after, used)

@@ -1,12 +1,12 @@
 """The memory model of a schedule, compiled for fast scheduling (HMCOS Eq. 2-5, MAGIS section 3).
 
-``core.analysis.lifetimes.memory_profile`` is THE definition of a schedule's peak; this module is the
-same model in a form the schedulers can evaluate incrementally:
+``core.analysis.lifetimes`` is THE memory semantics (storages, members, what is counted); this
+module compiles it (``storage_table`` + ``counted``) into a form the schedulers evaluate
+incrementally.  The schedulers see copies as completing within their step (no step times yet):
 
 * a *storage* is the memory of one non-view tensor (views share their base's storage and add no
-  bytes).  It is allocated when its producer runs and freed after the last of its *members* has run:
-  every op that reads it through any alias, plus every op that creates a view of it.  Graph outputs
-  are kept to the end.
+  bytes), or a fission node's scratch.  It is allocated when its producer runs and freed after the
+  last of its *members* has run.  Graph outputs are kept to the end.
 * graph inputs are resident for the whole step (default), or -- ``free_inputs=True``, the HMCOS model
   -- alive from step 0 until their last use; weights are resident (``count_weights=True``) or not
   counted at all.
@@ -25,7 +25,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
-from ..ir.graph import Graph, NodeKind, TensorKind, TRef
+from ..analysis.lifetimes import counted, storage_table
+from ..ir.graph import Graph, NodeKind
 from .base import Scheduler as _Scheduler
 
 
@@ -52,85 +53,49 @@ class MemoryModel:
     # ---- construction --------------------------------------------------------------------------
     @classmethod
     def build(cls, g: Graph, free_inputs: bool = False, count_weights: bool = True) -> MemoryModel:
+        """Compile ``g``'s storages (``lifetimes.storage_table``, counted by ``lifetimes.counted``:
+        the one memory semantics) into op-indexed arrays."""
         ops = [nid for nid in g.topo_order() if g.nodes[nid].kind != NodeKind.PLACEHOLDER]
         index = {nid: i for i, nid in enumerate(ops)}
         n = len(ops)
         preds: list[tuple[int, ...]] = []
         succ_sets: list[list[int]] = [[] for _ in range(n)]
         for i, nid in enumerate(ops):
-            ps = tuple(sorted({index[r.node] for r in g.nodes[nid].inputs() if r.node in index}))
+            ps = tuple(sorted(index[p] for p in g.preds(nid) if p in index))
             preds.append(ps)
             for p in ps:
                 succ_sets[p].append(i)
         succs = [tuple(s) for s in succ_sets]
 
-        sid_of: dict[TRef, int] = {}
         size: list[int] = []
         producer: list[int] = []
-        kind_input: list[bool] = []
-        counted: list[bool] = []
+        members: list[tuple[int, ...]] = []
+        kept: list[bool] = []
         resident = 0
-        for nid, node in g.nodes.items():
-            for j, t in enumerate(node.outputs):
-                if t.alias is not None:
-                    continue
-                ref = TRef(nid, j)
-                sid_of[ref] = len(size)
-                is_ph = node.kind == NodeKind.PLACEHOLDER
-                ok = t.device == "device" and t.nbytes > 0
-                if is_ph and t.kind != TensorKind.INPUT and not count_weights:
-                    ok = False
-                size.append(int(t.nbytes))
-                producer.append(-1 if is_ph else index.get(nid, -1))
-                kind_input.append(is_ph and t.kind == TensorKind.INPUT)
-                counted.append(ok)
-        nst = len(size)
-        mem_sets: list[set[int]] = [set() for _ in range(nst)]
-
-        def root_sid(ref: TRef) -> int:
-            return sid_of[g.storage_root(ref)]
-
-        for i, nid in enumerate(ops):
-            node = g.nodes[nid]
-            for r in node.inputs():
-                mem_sets[root_sid(r)].add(i)
-            for j, t in enumerate(node.outputs):
-                if t.alias is not None:
-                    mem_sets[root_sid(TRef(nid, j))].add(i)
-        kept = [False] * nst
-        for r in g.outputs.values():
-            kept[root_sid(r)] = True
-
-        keep_sid: list[int] = []
-        for s in range(nst):
-            if not counted[s]:
+        for st in storage_table(g).storages:
+            how = counted(st, free_inputs, count_weights)
+            if how == "none" or st.nbytes <= 0:
                 continue
-            p = producer[s]
-            mem_sets[s].discard(p)
-            if p < 0 and kind_input[s] and free_inputs and not kept[s]:
-                if mem_sets[s]:
-                    keep_sid.append(s)  # a graph input alive from step 0 to its last use
-            elif p < 0:
-                resident += size[s]  # held by the caller for the whole step
-            else:
-                keep_sid.append(s)
-        m = cls(
-            g=g, free_inputs=free_inputs, count_weights=count_weights, ops=ops, index=index,
-            preds=preds, succs=succs,
-            size=[size[s] for s in keep_sid], producer=[producer[s] for s in keep_sid],
-            members=[tuple(sorted(mem_sets[s])) for s in keep_sid], kept=[kept[s] for s in keep_sid],
-            resident=resident, produces=[], touches=[],
-        )
+            if how == "resident":
+                resident += st.nbytes  # held by the caller for the whole step
+                continue
+            size.append(st.nbytes)
+            producer.append(-1 if st.placeholder else index[st.producer])
+            members.append(tuple(sorted(index[m] for m in st.members)))
+            kept.append(st.kept)
+        m = cls(g=g, free_inputs=free_inputs, count_weights=count_weights, ops=ops, index=index,
+                preds=preds, succs=succs, size=size, producer=producer, members=members, kept=kept,
+                resident=resident, produces=[], touches=[])
         prod: list[list[int]] = [[] for _ in range(n)]
         tch: list[list[int]] = [[] for _ in range(n)]
-        for k, s in enumerate(keep_sid):
-            if producer[s] >= 0:
-                prod[producer[s]].append(k)
-            for i in m.members[k]:
+        for k in range(len(size)):
+            if producer[k] >= 0:
+                prod[producer[k]].append(k)
+            for i in members[k]:
                 tch[i].append(k)
         m.produces = [tuple(x) for x in prod]
         m.touches = [tuple(x) for x in tch]
-        m.alloc = [sum(m.size[k] for k in prod[i]) for i in range(n)]
+        m.alloc = [sum(size[k] for k in prod[i]) for i in range(n)]
         return m
 
     # ---- evaluation ----------------------------------------------------------------------------
