@@ -1,0 +1,570 @@
+"""Delta evaluation of M-States: a child state costs time proportional to the change it makes.
+
+One :class:`DeltaEvaluator` owns a working graph, its schedule and everything derived from them --
+the storages (``lifetimes.storage_table``, kept per node), each storage's alive interval in the
+schedule, the memory curve ``M_i``, per-op times, narrow-waist values and the WL graph hash.  To
+evaluate a child it applies one rule application to the working graph through the graph's
+primitives, then:
+
+1. reschedules a window of the old schedule around the changed nodes (MAGIS Algorithm 2: the
+   interval from ``get_reschedule_interval``, GraphPartition + Serenity's DP per part), on a memory
+   model of the window alone: the storages the window touches, and the bytes alive across it as a
+   constant (``base``);
+2. updates the memory curve: the intervals of the storages the change or the window touches are
+   taken out of the parent's curve (what remains is constant inside the window), the window is
+   re-sized, and the new intervals are added back -- a few vector operations on one array, no walk
+   over the graph;
+3. updates the latency by the times of the ops added, removed or re-wired (op times are cached per
+   node; the cost model caches them per op signature), and the WL hash from the changed nodes;
+4. takes the application back (the journal run backwards).
+
+A state's memory is its parent, the application and the re-ordered window (``mstate.MState``).
+``goto`` moves the working state to any state by undoing and replaying applications along the tree.
+The narrow-waist values that pick the window are those of the imported graph (a node that a rule
+added takes its origin's value): they only choose where a window ends, so they are not recomputed
+per state.  Graphs with STORE/LOAD copies are evaluated with the full simulator (copy timing moves
+frees after the window); every other graph is evaluated exactly as ``simulate`` would, which the
+tests and ``bench/states.py`` check.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..analysis.lifetimes import counted, fission_scratch
+from ..analysis.narrow_waist import narrow_waist
+from ..cost.model import AnalyticCost, CostModel
+from ..ir.graph import EditLog, Graph, NodeKind, TensorKind, TRef
+from ..schedule.footprint import MemoryModel
+from ..schedule.incremental import SEARCH, get_reschedule_interval, schedule_parts
+from ..schedule.units import UnitProblem
+from ..simulate import COPY_KINDS, simulate
+from ..transform.remat import RULES
+from ..transform.rule import Application, Rule
+from .mstate import MState
+from .wl_hash import WLHash
+
+NW_NEW = 0  # narrow-waist value of a node the imported graph did not have (an ideal window edge)
+
+
+class _Storage:
+    """One storage of the working graph (the fields ``lifetimes.counted`` reads, kept up to date)."""
+
+    __slots__ = ("root", "nbytes", "kind", "device", "producer", "placeholder", "members", "copies",
+                 "kept", "scratch")
+
+    def __init__(self, root: TRef, nbytes: int, kind: str, device: str, producer: int, placeholder: bool,
+                 scratch: bool = False) -> None:
+        self.root, self.nbytes, self.kind, self.device = root, nbytes, kind, device
+        self.producer, self.placeholder, self.scratch = producer, placeholder, scratch
+        self.members: set[int] = set()
+        self.copies: set[int] = set()
+        self.kept = False
+
+
+class StorageIndex:
+    """``lifetimes.storage_table`` maintained per node: each node's owned storages and the storages
+    it is a member of, so an edit updates only the storages of the nodes it touched."""
+
+    def __init__(self, g: Graph) -> None:
+        self.g = g
+        self.st: dict[TRef, _Storage] = {}
+        self.owns: dict[int, tuple[TRef, ...]] = {}
+        self.member_of: dict[int, tuple[TRef, ...]] = {}
+        self.kind_of: dict[int, NodeKind] = {}
+        self.copy_nodes = 0
+        for nid in g.nodes:
+            self._own(nid)
+        for nid in g.nodes:
+            self._join(nid)
+        self.kept_roots: set[TRef] = set()
+        self.refresh_outputs()
+
+    def _own(self, nid: int) -> None:
+        node = self.g.nodes[nid]
+        is_ph = node.kind == NodeKind.PLACEHOLDER
+        owns: list[TRef] = []
+        for j, t in enumerate(node.outputs):
+            if t.alias is None:
+                ref = TRef(nid, j)
+                self.st[ref] = _Storage(ref, t.nbytes, t.kind.value, t.device, nid, is_ph)
+                owns.append(ref)
+        if node.kind == NodeKind.FISSION:
+            key = TRef(nid, -1)
+            self.st[key] = _Storage(TRef(nid, 0), fission_scratch(node), TensorKind.ACTIVATION.value, "device",
+                                    nid, False, scratch=True)
+            owns.append(key)
+        self.owns[nid] = tuple(owns)
+        self.kind_of[nid] = node.kind
+        self.copy_nodes += node.kind in COPY_KINDS
+
+    def _join(self, nid: int) -> None:
+        g = self.g
+        node = g.nodes[nid]
+        mem: set[TRef] = set()
+        if node.kind != NodeKind.PLACEHOLDER:
+            for j, t in enumerate(node.outputs):
+                if t.alias is not None:
+                    mem.add(g.storage_root(TRef(nid, j)))
+            mem.update(g.storage_root(r) for r in node.inputs())
+        copy = node.kind == NodeKind.STORE
+        for root in mem:
+            s = self.st[root]
+            s.members.add(nid)
+            if copy:
+                s.copies.add(nid)
+        self.member_of[nid] = tuple(mem)
+
+    def _leave(self, nid: int) -> tuple[TRef, ...]:
+        mem = self.member_of.pop(nid, ())
+        for root in mem:
+            s = self.st.get(root)
+            if s is not None:
+                s.members.discard(nid)
+                s.copies.discard(nid)
+        return mem
+
+    def _disown(self, nid: int) -> tuple[TRef, ...]:
+        owns = self.owns.pop(nid, ())
+        for key in owns:
+            del self.st[key]
+        self.copy_nodes -= self.kind_of.pop(nid) in COPY_KINDS
+        return owns
+
+    def refresh(self, log: EditLog) -> set[TRef]:
+        """Bring the index up to date after the edits of ``log`` (applied or undone): a node's
+        outputs never change, so only memberships move, and storages come and go with their
+        nodes.  Returns the storages whose membership or existence changed."""
+        changed: set[TRef] = set()
+        g = self.g
+        touched = sorted(log.touched())
+        for nid in touched:
+            changed.update(self._leave(nid))
+            if nid not in g.nodes and nid in self.owns:
+                changed.update(self._disown(nid))
+        present = [nid for nid in touched if nid in g.nodes]
+        for nid in present:
+            if nid not in self.owns:
+                self._own(nid)
+                changed.update(self.owns[nid])
+        for nid in present:
+            self._join(nid)
+            changed.update(self.member_of[nid])
+        if any(e.kind == "output" for e in log.edits):
+            changed |= self.refresh_outputs()
+        return changed
+
+    def refresh_outputs(self) -> set[TRef]:
+        new = {self.g.storage_root(r) for r in self.g.outputs.values()}
+        flipped = new ^ self.kept_roots
+        for root in self.kept_roots - new:
+            if root in self.st:
+                self.st[root].kept = False
+        for root in new:
+            if root in self.st:
+                self.st[root].kept = True
+        self.kept_roots = new
+        return flipped
+
+    def roots_of(self, nodes: Iterable[int]) -> set[TRef]:
+        out: set[TRef] = set()
+        for nid in nodes:
+            out.update(self.owns.get(nid, ()))
+            out.update(self.member_of.get(nid, ()))
+        return out
+
+
+@dataclass
+class Child:
+    """The result of evaluating one application from the working state."""
+
+    app: Application
+    lo: int
+    hi: int
+    window: tuple[int, ...]
+    peak: int
+    latency: float
+    hash: int
+    exact_window: bool = True  # the window's DP finished (no state cap or time limit hit)
+
+
+class DeltaEvaluator:
+    """The working state of a search and delta evaluation of its children (module docstring)."""
+
+    def __init__(self, g: Graph, order: Sequence[int], cost: CostModel | None = None,
+                 rules: dict[str, Rule] | None = None, free_inputs: bool = False, count_weights: bool = True,
+                 max_states: int = 20_000) -> None:
+        self.g = g
+        self.cost = cost or AnalyticCost()
+        self.rules = dict(rules or RULES)
+        self.flags = (free_inputs, count_weights)
+        self.max_states = max_states
+        self.order = list(order)
+        self.pos = {v: i for i, v in enumerate(self.order)}
+        self.storages = StorageIndex(g)
+        self.times = {n.id: self.cost.node_time(g, n) for n in g.ops()}
+        self.nw_root = narrow_waist(g)
+        self.nw = [self.nw_root.get(v, NW_NEW) for v in self.order]
+        self.wl = WLHash(g)
+        self.intervals: dict[TRef, tuple[int, int, int]] = {}
+        self.curve = self._full_curve()
+        self.latency = self._full_latency()
+        self.root = MState(None, None, 0, -1, (), self.peak, self.latency, self.wl.value())
+        self.state = self.root
+        self._stack: list[tuple[MState, EditLog, tuple[int, ...], set[TRef], dict]] = []
+
+    # ---- from scratch ----------------------------------------------------------------------------
+    def _interval(self, s: _Storage, pos, last: int) -> tuple[int, int, int] | None:
+        how = counted(s, *self.flags)
+        if how == "none":
+            return None
+        if how == "resident":
+            return (-1, last, s.nbytes)
+        a = 0 if s.placeholder else pos(s.producer)
+        if s.kept:
+            return (a, last, s.nbytes)
+        f = a
+        for m in s.members:
+            p = pos(m)
+            if p > f:
+                f = p
+        return (a, f, s.nbytes)
+
+    def _full_curve(self) -> np.ndarray:
+        n = len(self.order)
+        d = np.zeros(n + 1, dtype=np.int64)
+        self.intervals = {}
+        pos = self.pos.__getitem__
+        for key, s in self.storages.st.items():
+            iv = self._interval(s, pos, n - 1)
+            if iv is not None:
+                self.intervals[key] = iv
+                d[max(iv[0], 0)] += iv[2]
+                d[iv[1] + 1] -= iv[2]
+        return np.cumsum(d)[:n]
+
+    def _full_latency(self) -> float:
+        if self.storages.copy_nodes:
+            return simulate(self.g, self.order, self.cost, validate=False).latency
+        return float(sum(self.times[v] for v in self.order))
+
+    @property
+    def peak(self) -> int:
+        return int(self.curve.max()) if len(self.curve) else 0
+
+    def hotspots(self) -> list[TRef]:
+        """Storages alive at a peak step of the working schedule (largest first): MAGIS's H."""
+        if not len(self.curve):
+            return []
+        peaks = np.flatnonzero(self.curve == self.curve.max())
+        keys = list(self.intervals)
+        iv = np.array([self.intervals[k] for k in keys], dtype=np.int64).reshape(-1, 3)
+        first = np.searchsorted(peaks, iv[:, 0], side="left")
+        alive = (first < len(peaks)) & (peaks[np.minimum(first, len(peaks) - 1)] <= iv[:, 1]) & (iv[:, 2] > 0)
+        hot = [(int(iv[i, 2]), keys[i]) for i in np.flatnonzero(alive)]
+        return [k for _, k in sorted(hot, key=lambda x: (-x[0], x[1]))]
+
+    def applications(self, hot: Iterable[TRef] | None = None) -> list[Application]:
+        """Every rule's applications on the working graph (tensor rules on the hot-spots)."""
+        hot = [k for k in (self.hotspots() if hot is None else hot) if k.index >= 0]
+        return [a for r in self.rules.values() for a in r.match(self.g, hot)]
+
+    # ---- one transition --------------------------------------------------------------------------
+    def _apply(self, app: Application) -> tuple[EditLog, set[TRef], dict]:
+        log = self.rules[app.rule].apply(self.g, app)
+        changed = self.storages.refresh(log)
+        saved = self.wl.update(log.touched())
+        return log, changed, saved
+
+    def _undo(self, app: Application, log: EditLog, saved: dict) -> None:
+        self.rules[app.rule].inverse(self.g, log)
+        self.storages.refresh(log)
+        self.wl.restore(saved)
+
+    def _region(self, log: EditLog) -> tuple[int, int, list[int]]:
+        """(lo, hi): positions in the working schedule of the nodes the change touched (removed or
+        re-wired) and of the readers of the ops it added; and the added ops.  Inputs of added ops
+        only have to run before the window, which ``_window`` checks."""
+        g, pos = self.g, self.pos
+        near: set[int] = set()
+        added: list[int] = []
+        for v in log.touched():
+            if v in pos:
+                near.add(v)
+            elif v in g.nodes and g.nodes[v].kind != NodeKind.PLACEHOLDER:
+                added.append(v)
+                near.update(g.users(v))
+        ps = [pos[v] for v in near if v in pos]
+        if not ps:
+            return 0, 0, sorted(added)
+        return min(ps), max(ps), sorted(added)
+
+    def _window(self, L: int, R: int, added: list[int]) -> tuple[int, int, list[int]] | None:
+        """The new graph's ops for old positions L..R plus the added ops, in a topological order
+        that follows the old schedule; None if ops outside depend on the window the wrong way."""
+        g, pos, order = self.g, self.pos, self.order
+        ops = [v for v in order[L:R + 1] if v in g.nodes] + added
+        inside = set(ops)
+        key: dict[int, float] = {}
+        for v in ops:
+            if v in pos:
+                key[v] = pos[v]
+        for v in added:  # right before the first window op that reads it
+            us = [key[u] for u in g.users(v) if u in key]
+            key[v] = (min(us) if us else R) - 0.5
+        indeg: dict[int, int] = {}
+        for v in ops:
+            k = 0
+            for p in g.preds(v):
+                if p in inside:
+                    k += 1
+                elif g.nodes[p].kind != NodeKind.PLACEHOLDER and not (p in pos and pos[p] < L):
+                    return None  # reads something scheduled after the window
+            indeg[v] = k
+        heap = [(key[v], v) for v in ops if indeg[v] == 0]
+        heapq.heapify(heap)
+        out: list[int] = []
+        while heap:
+            _, v = heapq.heappop(heap)
+            out.append(v)
+            for u in g.users(v):
+                if u in inside:
+                    indeg[u] -= 1
+                    if indeg[u] == 0:
+                        heapq.heappush(heap, (key[u], u))
+        return (L, R, out) if len(out) == len(ops) else None
+
+    def _schedule_window(self, L: int, R: int, ops: list[int], affected: set[TRef],
+                         bg: np.ndarray) -> tuple[list[int], bool]:
+        """Serenity's DP (via GraphPartition) on the window, with a memory model of the window
+        alone: storages it touches, plus the bytes alive across it (constant ``bg[L]``)."""
+        n = len(self.order)
+        base = int(bg[L]) if L < n else 0
+        index = {v: i for i, v in enumerate(ops)}
+        g, pos = self.g, self.pos
+        preds = [tuple(sorted(index[p] for p in g.preds(v) if p in index)) for v in ops]
+        succs: list[list[int]] = [[] for _ in ops]
+        for i, ps in enumerate(preds):
+            for p in ps:
+                succs[p].append(i)
+        size: list[int] = []
+        producer: list[int] = []
+        members: list[tuple[int, ...]] = []
+        kept: list[bool] = []
+        st = self.storages.st
+        for key in affected:
+            s = st.get(key)
+            if s is None or s.nbytes <= 0 or counted(s, *self.flags) != "live":
+                continue
+            if s.producer in index:
+                p = index[s.producer]
+            elif s.placeholder or pos.get(s.producer, n) < L:
+                p = -1
+            else:
+                continue
+            ms = tuple(sorted(index[m] for m in s.members if m in index))
+            if p < 0 and not ms:
+                continue
+            later = s.kept or any(m not in index and pos.get(m, -1) > R for m in s.members)
+            size.append(s.nbytes)
+            producer.append(p)
+            members.append(ms)
+            kept.append(later)
+        m = MemoryModel(g=g, free_inputs=self.flags[0], count_weights=self.flags[1], ops=ops, index=index,
+                        preds=preds, succs=[tuple(x) for x in succs], size=size, producer=producer,
+                        members=members, kept=kept, resident=base, produces=[], touches=[])
+        prod: list[list[int]] = [[] for _ in ops]
+        tch: list[list[int]] = [[] for _ in ops]
+        for k in range(len(size)):
+            if producer[k] >= 0:
+                prod[producer[k]].append(k)
+            for i in members[k]:
+                tch[i].append(k)
+        m.produces = [tuple(x) for x in prod]
+        m.touches = [tuple(x) for x in tch]
+        m.alloc = [sum(size[k] for k in prod[i]) for i in range(len(ops))]
+        outside = np.concatenate([bg[:L], bg[R + 1:]])
+        floor = int(outside.max()) if len(outside) else -1
+        P = UnitProblem(m, range(len(ops)))
+        units, _, _, stats = schedule_parts(P, range(P.n_units), 0, P.live0, max_states=self.max_states,
+                                            floor=floor)
+        return P.emit(units), not (stats.truncated or stats.timed_out)
+
+    def _transition(self, L: int, R: int, window: Sequence[int], affected: set[TRef]
+                    ) -> tuple[np.ndarray, dict[TRef, tuple[int, int, int] | None], Callable[[int], int]]:
+        """The curve after replacing positions L..R by ``window`` (the storages in ``affected``
+        changed; the index already reflects the new graph), the new intervals of those storages and
+        the new position function."""
+        n = len(self.order)
+        pos, curve, intervals = self.pos, self.curve, self.intervals
+        d = np.zeros(n + 1, dtype=np.int64)
+        for key in affected:
+            iv = intervals.get(key)
+            if iv is not None and iv[0] >= 0:
+                d[iv[0]] -= iv[2]
+                d[iv[1] + 1] += iv[2]
+        bg = curve + np.cumsum(d)[:n]
+        w = len(window)
+        delta = w - (R - L + 1)
+        new_n = n + delta
+        wpos = {v: L + k for k, v in enumerate(window)}
+
+        def newpos(v: int) -> int:
+            p = wpos.get(v)
+            if p is not None:
+                return p
+            p = pos[v]
+            return p if p < L else p + delta
+
+        mid = np.full(w, bg[L] if L < n else 0, dtype=np.int64)
+        new_bg = np.concatenate([bg[:L], mid, bg[R + 1:]])
+        d2 = np.zeros(new_n + 1, dtype=np.int64)
+        new_iv: dict[TRef, tuple[int, int, int] | None] = {}
+        st = self.storages.st
+        for key in affected:
+            s = st.get(key)
+            iv = self._interval(s, newpos, new_n - 1) if s is not None else None
+            new_iv[key] = iv
+            if iv is not None and iv[0] >= 0:
+                d2[iv[0]] += iv[2]
+                d2[iv[1] + 1] -= iv[2]
+        return new_bg + np.cumsum(d2)[:new_n], new_iv, newpos
+
+    # ---- children --------------------------------------------------------------------------------
+    def evaluate(self, app: Application) -> Child:
+        """Evaluate the child made by ``app`` from the working state (which is left unchanged)."""
+        log, changed, saved = self._apply(app)
+        try:
+            return self._evaluate(app, log, changed)
+        finally:
+            self._undo(app, log, saved)
+
+    def _evaluate(self, app: Application, log: EditLog, changed: set[TRef]) -> Child:
+        g = self.g
+        lo, hi, added = self._region(log)
+        n = len(self.order)
+        L, R = get_reschedule_interval(self.nw, lo, hi) if n else (0, -1)
+        win = self._window(L, R, added)
+        for _ in range(3):
+            if win is not None:
+                break
+            L, R = max(0, L - SEARCH), min(n - 1, R + SEARCH)
+            win = self._window(L, R, added)
+        if win is None:
+            win = self._window(0, n - 1, added)
+            assert win is not None, "the working graph is not acyclic"
+        L, R, ops = win
+        affected = changed | self.storages.roots_of(ops) | self.storages.roots_of(self.order[L:R + 1])
+        # the background curve (affected storages taken out) decides the window's constant part
+        d = np.zeros(n + 1, dtype=np.int64)
+        for key in affected:
+            iv = self.intervals.get(key)
+            if iv is not None and iv[0] >= 0:
+                d[iv[0]] -= iv[2]
+                d[iv[1] + 1] += iv[2]
+        bg = self.curve + np.cumsum(d)[:n]
+        window, exact = self._schedule_window(L, R, ops, affected, bg)
+        curve, _, _ = self._transition(L, R, window, affected)
+        peak = int(curve.max()) if len(curve) else 0
+        if self.storages.copy_nodes:
+            new_order = self.order[:L] + window + self.order[R + 1:]
+            sim = simulate(g, new_order, self.cost, validate=False)
+            peak, latency = sim.peak, sim.latency
+        else:
+            latency = self.latency + self._latency_delta(log)
+        return Child(app, L, R, tuple(window), peak, latency, self.wl.value(), exact)
+
+    def _latency_delta(self, log: EditLog) -> float:
+        g, times = self.g, self.times
+        dt = 0.0
+        for v in log.touched():
+            old = times.get(v, 0.0)
+            node = g.nodes.get(v)
+            new = self.cost.node_time(g, node) if node is not None and node.kind != NodeKind.PLACEHOLDER else 0.0
+            dt += new - old
+        return dt
+
+    # ---- moving the working state ----------------------------------------------------------------
+    def child_state(self, c: Child) -> MState:
+        """The M-State of an evaluated child of the working state."""
+        return MState(self.state, c.app, c.lo, c.hi, c.window, c.peak, c.latency, c.hash, self.state.depth + 1)
+
+    def commit(self, s: MState) -> None:
+        """Make ``s`` -- a child of the working state -- the working state (no rescheduling: its
+        window is replayed)."""
+        if s.parent is not self.state or s.app is None:
+            raise ValueError("commit needs a child of the working state")
+        log, changed, saved = self._apply(s.app)
+        L, R, window = s.lo, s.hi, list(s.window)
+        affected = changed | self.storages.roots_of(window) | self.storages.roots_of(self.order[L:R + 1])
+        old_window = tuple(self.order[L:R + 1])
+        old_times = {v: self.times.get(v) for v in log.touched()}
+        self._move(L, R, window, affected, log)
+        self._stack.append((s, log, old_window, affected, {"saved": saved, "times": old_times,
+                                                           "latency": self.latency}))
+        self.latency = s.latency
+        self.state = s
+
+    def _move(self, L: int, R: int, window: list[int], affected: set[TRef], log: EditLog) -> None:
+        curve, new_iv, newpos = self._transition(L, R, window, affected)
+        delta = len(window) - (R - L + 1)
+        if delta:  # positions after the window shift; residents (alloc -1) span the whole schedule
+            self.intervals = {k: (a if a < L else a + delta, f if f < L else f + delta, b)
+                              for k, (a, f, b) in self.intervals.items()}
+        for k, iv in new_iv.items():
+            if iv is None:
+                self.intervals.pop(k, None)
+            else:
+                self.intervals[k] = iv
+        self.order = self.order[:L] + window + self.order[R + 1:]
+        self.pos = {v: i for i, v in enumerate(self.order)}
+        self.curve = curve
+        g = self.g
+        for v in log.touched():
+            node = g.nodes.get(v)
+            if node is None or node.kind == NodeKind.PLACEHOLDER:
+                self.times.pop(v, None)
+            else:
+                self.times[v] = self.cost.node_time(g, node)
+        nw = self.nw_root
+        self.nw = [nw.get(v, nw.get(g.nodes[v].recompute_of or -1, NW_NEW)) for v in self.order]
+
+    def back(self) -> None:
+        """Return the working state to its parent."""
+        s, log, old_window, affected, extra = self._stack.pop()
+        L = s.lo
+        R = L + len(s.window) - 1
+        self._undo(s.app, log, extra["saved"])
+        self._move(L, R, list(old_window), affected, log)
+        for v, t in extra["times"].items():
+            if t is None:
+                self.times.pop(v, None)
+            else:
+                self.times[v] = t
+        self.latency = extra["latency"]
+        self.state = s.parent
+
+    def goto(self, target: MState) -> None:
+        """Make ``target`` (any state of this evaluator's tree) the working state."""
+        path = target.path()
+        here = self.state.path()
+        k = 0
+        while k < min(len(path), len(here)) and path[k] is here[k]:
+            k += 1
+        for _ in range(len(here) - k):
+            self.back()
+        for s in path[k:]:
+            self.commit(s)
+
+    def materialize(self, target: MState | None = None) -> tuple[Graph, list[int]]:
+        """A copy of the graph and the schedule of ``target`` (default: the working state)."""
+        if target is not None:
+            self.goto(target)
+        return self.g.copy(), list(self.order)
+
+
+__all__ = ["Child", "DeltaEvaluator", "StorageIndex"]

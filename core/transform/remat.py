@@ -1,0 +1,77 @@
+"""Rematerialization (MAGIS section 5.2): give one user B of tensor A a recomputed copy A' (same op,
+same inputs, ``recompute_of`` = A); De-remat merges a copy back into its original.  Chains of
+recomputation arise from applying Remat to a copy.  Remat applies only to hot-spot tensors
+(heuristic H2); ops that draw random numbers or create views are never recomputed."""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Iterable
+
+from ..ir.graph import Graph, NodeKind, TRef, copy_struct
+from .rule import Application, Rule
+
+_RANDOM = ("rand", "dropout", "bernoulli", "normal", "multinomial", "uniform", "exponential")
+
+
+def recomputable(g: Graph, nid: int) -> bool:
+    """An op whose outputs can be produced again from its inputs: not a placeholder, copy or
+    fission node, not random, and owning the storage of every output (no views)."""
+    n = g.nodes[nid]
+    if n.kind != NodeKind.OP or not n.outputs:
+        return False
+    if any(t.alias is not None for t in n.outputs):
+        return False
+    name = n.op.split(".")[1] if n.op.count(".") >= 1 else n.op
+    return not any(k in name for k in _RANDOM)
+
+
+class Remat(Rule):
+    """Remat(A, B): B reads a recomputed copy of A's outputs instead of A's."""
+
+    name = "remat"
+
+    def match(self, g: Graph, hot: Iterable[TRef]) -> list[Application]:
+        apps: list[Application] = []
+        for a in sorted({r.node for r in hot}):
+            if a not in g.nodes or not recomputable(g, a):
+                continue
+            users = g.users(a)
+            if len(users) < 2:  # a single user gains nothing from its own copy
+                continue
+            apps.extend(Application(self.name, (a, b)) for b in users)
+        return apps
+
+    def edit(self, g: Graph, app: Application) -> None:
+        a, b = app.params
+        src = g.nodes[a]
+        if b not in g.users(a):
+            raise ValueError(f"{g.nodes[b].name!r} does not read {src.name!r}")
+        dup = g.add_node(name=f"{src.name}_recompute_{g.new_id()}", op=src.op, kind=src.kind,
+                          args=copy_struct(src.args), kwargs=copy_struct(src.kwargs),
+                          outputs=[copy.copy(t) for t in src.outputs], module=src.module,
+                          recompute_of=a)
+        for j in range(len(src.outputs)):
+            g.replace_input(b, TRef(a, j), TRef(dup.id, j))
+
+
+class DeRemat(Rule):
+    """DeRemat(A'): the readers of a recomputed copy A' read its original again; A' is erased."""
+
+    name = "deremat"
+
+    def match(self, g: Graph, hot: Iterable[TRef] = ()) -> list[Application]:
+        return [Application(self.name, (n.id,)) for n in g.nodes.values()
+                if n.recompute_of is not None and n.recompute_of in g.nodes]
+
+    def edit(self, g: Graph, app: Application) -> None:
+        (c,) = app.params
+        node = g.nodes[c]
+        if node.recompute_of is None:
+            raise ValueError(f"{node.name!r} is not a recomputed copy")
+        for j in range(len(node.outputs)):
+            g.replace_all_uses_with(TRef(c, j), TRef(node.recompute_of, j))
+        g.erase_node(c)
+
+
+RULES = {r.name: r for r in (Remat(), DeRemat())}
