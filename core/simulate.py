@@ -1,8 +1,8 @@
 """Simulator: (graph, schedule) -> per-op times on the compute and copy streams, memory, peak.
 
 Ops run one after another on the compute stream in schedule order.  Store/Load (swap) ops run on a
-separate copy stream, asynchronously: a copy starts when its input is ready and the copy stream is
-free, and a compute op that needs a loaded tensor waits for the copy to finish (MAGIS section 3:
+separate copy stream, asynchronously: a copy starts once it is issued (the compute stream has reached
+its place in the schedule), its input is ready and the copy stream is free, and a compute op that needs a loaded tensor waits for the copy to finish (MAGIS section 3:
 swaps only cost time when compute must wait for them).  Memory is ``core.analysis.lifetimes`` with
 the copy times: a stored tensor's device storage is freed once its STORE copy has finished (as with
 ``record_stream``), so it may stay alive for a few steps after the STORE is issued.  Memory is
@@ -90,8 +90,8 @@ def simulate(g: Graph, order: Sequence[int], cost: CostModel | None = None,
         dep = max((ready.get(r.node, 0.0) for r in node.inputs()), default=0.0)
         dur = cost.node_time(g, node)
         issue[i] = t_compute
-        if node.kind in COPY_KINDS:
-            s = max(dep, t_copy)
+        if node.kind in COPY_KINDS:  # issued in program order, then queued on the copy stream
+            s = max(dep, t_copy, t_compute)
             t_copy = s + dur
             stream[i] = "copy"
         else:

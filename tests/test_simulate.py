@@ -74,8 +74,9 @@ def test_swaps_overlap_with_compute():
     # the store starts when c is done and runs while c2 computes
     assert r.start[i[st.id]] == pytest.approx(r.end[i[c.id]])
     assert r.start[i[c2.id]] == pytest.approx(r.end[i[c.id]])
-    # the load follows the store on the copy stream; c3 waits for both the load and c2
-    assert r.start[i[ld.id]] == pytest.approx(r.end[i[st.id]])
+    # the load is issued after c2 (its place in the schedule) and follows the store on the copy
+    # stream; c3 waits for both the load and c2
+    assert r.start[i[ld.id]] == pytest.approx(max(r.end[i[st.id]], r.end[i[c2.id]]))
     assert r.start[i[c3.id]] == pytest.approx(max(r.end[i[ld.id]], r.end[i[c2.id]]))
     t_copy = cm.transfer_time(4e6)
     assert r.end[i[st.id]] - r.start[i[st.id]] == pytest.approx(t_copy)

@@ -25,7 +25,7 @@ The rules, per node kind:
   of the stored storage, but the copy runs asynchronously on the copy stream: with step times
   (``copy_done``, from the simulator) the storage is freed only once the copy has finished, as the
   CUDA caching allocator does with ``record_stream``; without them (the schedulers' view) it is
-  freed at the STORE's step.
+  freed at the STORE's step.  Likewise a LOAD's output is alive at least until its copy completes.
 
 Active memory during step i is ``M_i = resident + sum |s|`` over storages with ``alloc <= i <=
 free``; the peak is ``max_i M_i`` and the hot-spots are the storages alive at a peak step.
@@ -58,6 +58,7 @@ class StorageInfo:
     copies: tuple[int, ...]  # the members that are STORE copies (freed when the copy completes)
     kept: bool  # (an alias of) a graph output: never freed
     scratch: bool = False  # a fission node's per-part intermediates, alive during its step only
+    loaded: bool = False  # written by a LOAD copy: alive at least until the copy completes
 
 
 @dataclass
@@ -115,9 +116,10 @@ def storage_table(g: Graph) -> StorageTable:
     for ref, nid in roots:
         t = g.nodes[nid].outputs[ref.index]
         ms = tuple(sorted(set(members.get(ref, ())) - {nid}))
-        out.append(StorageInfo(ref, t.nbytes, t.kind.value, t.device, nid,
-                               g.nodes[nid].kind == NodeKind.PLACEHOLDER, ms,
-                               tuple(sorted(set(copies.get(ref, ())))), ref in kept))
+        kind = g.nodes[nid].kind
+        out.append(StorageInfo(ref, t.nbytes, t.kind.value, t.device, nid, kind == NodeKind.PLACEHOLDER, ms,
+                               tuple(sorted(set(copies.get(ref, ())))), ref in kept,
+                               loaded=kind == NodeKind.LOAD))
     for nid, nbytes in scratch:
         if nbytes > 0:
             out.append(StorageInfo(TRef(nid, 0), nbytes, TensorKind.ACTIVATION.value, "device", nid, False,
@@ -180,7 +182,7 @@ def storage_events(g: Graph, order: Sequence[int], *, free_inputs: bool = False,
         if s.kept:
             f = last
         else:
-            f = a
+            f = copy_done(a) if copy_done is not None and s.loaded else a
             for m in s.members:
                 p = pos[m]
                 if copy_done is not None and m in s.copies:
