@@ -37,6 +37,7 @@ from .types import (
     TensorMeta,
     TorchConst,
     TRef,
+    map_refs,
 )
 
 __all__ = ["COMBINES", "DTYPE_BYTES", "Edit", "EditLog", "FissionSpec", "Graph", "GraphError", "Node",
@@ -180,19 +181,6 @@ def _collect_refs(obj: Any, found: list[TRef]) -> None:
             _collect_refs(x, found)
 
 
-def map_refs(obj: Any, fn) -> Any:
-    """Rebuild an args structure with every TRef replaced by ``fn(ref)``."""
-    if isinstance(obj, TRef):
-        return fn(obj)
-    if isinstance(obj, list):
-        return [map_refs(x, fn) for x in obj]
-    if isinstance(obj, tuple):
-        return tuple(map_refs(x, fn) for x in obj)
-    if isinstance(obj, dict):
-        return {k: map_refs(v, fn) for k, v in obj.items()}
-    return obj
-
-
 def copy_struct(obj: Any) -> Any:
     """Copy an argument structure: new lists and dicts; TRefs, constants and scalars are immutable."""
     if isinstance(obj, list):
@@ -209,11 +197,11 @@ def copy_struct(obj: Any) -> Any:
 class Edit:
     """One primitive edit, with what it needs to be run backwards."""
 
-    kind: str  # "add" | "erase" | "args" | "output"
+    kind: str  # "add" | "erase" | "args" | "alias" | "output"
     nid: int = -1
     node: Node | None = None  # "erase": the erased node
     position: int = -1  # "erase": its place in the graph's node order
-    old: Any = None  # "args": (args, kwargs); "output": (key, ref or None)
+    old: Any = None  # "args": (args, kwargs); "alias": (output index, alias); "output": (key, ref)
 
 
 @dataclass
@@ -327,7 +315,18 @@ class Graph:
             return False
         fn = (lambda r: new if r == old else r)  # noqa: E731
         self.set_args(node, map_refs(node._args, fn), map_refs(node._kwargs, fn))
+        for j, t in enumerate(node.outputs):  # a view of ``old`` becomes a view of ``new``
+            if t.alias == old:
+                self._set_alias(node, j, new)
         return True
+
+    def _set_alias(self, node: Node, j: int, alias: TRef | None) -> None:
+        if self._log is not None:
+            self._log.edits.append(Edit("alias", node.id, old=(j, node.outputs[j].alias)))
+        t = copy.copy(node.outputs[j])
+        t.alias = alias
+        node.outputs[j] = t
+        self._roots.clear()
 
     def replace_all_uses_with(self, old: TRef, new: TRef, only: Iterable[int] | None = None,
                               outputs: bool = True) -> list[int]:
@@ -404,6 +403,8 @@ class Graph:
                     self._move(node.id, e.position)
             elif e.kind == "args":
                 self.set_args(e.nid, *e.old)
+            elif e.kind == "alias":
+                self._set_alias(self.nodes[e.nid], *e.old)
             else:
                 key, ref = e.old
                 self.set_output(key, ref)

@@ -18,7 +18,7 @@ from __future__ import annotations
 from typing import Any
 
 from .topo import kahn_order
-from .types import COMBINES, GraphError, NodeKind, TensorMeta, TRef
+from .types import COMBINES, GraphError, NodeKind, TensorMeta, TRef, map_refs
 
 
 def lint_graph(g: Any, limit: int | None = None) -> list[str]:
@@ -87,6 +87,21 @@ def lint_graph(g: Any, limit: int | None = None) -> list[str]:
     return out
 
 
+def _original(g: Any, nid: int) -> int:
+    """The op a chain of recomputed copies starts from."""
+    seen = 0
+    while (node := g.nodes.get(nid)) is not None and node.recompute_of is not None and seen < len(g.nodes):
+        nid = node.recompute_of
+        seen += 1
+    return nid
+
+
+def _values(g: Any, args: Any) -> Any:
+    """Arguments with each tensor replaced by the value it holds: a recomputed copy's output and
+    its original's are the same value."""
+    return map_refs(args, lambda r: TRef(_original(g, r.node), r.index))
+
+
 def _same_meta(a: TensorMeta, b: TensorMeta) -> bool:
     return a.shape == b.shape and a.dtype == b.dtype
 
@@ -98,7 +113,8 @@ def _contract(g: Any, n: Any) -> list[str]:
         src = g.nodes.get(n.recompute_of)
         if src is None:
             msgs.append(f"recomputes missing node id {n.recompute_of}")
-        elif (src.op, src.args, src.kwargs) != (n.op, n.args, n.kwargs):
+        elif (src.op, _values(g, src.args), _values(g, src.kwargs)) != (n.op, _values(g, n.args),
+                                                                         _values(g, n.kwargs)):
             msgs.append(f"recomputes {src.name!r} but differs in op or arguments")
         elif len(src.outputs) != len(n.outputs) or not all(map(_same_meta, src.outputs, n.outputs)):
             msgs.append(f"recomputes {src.name!r} but differs in output shapes")

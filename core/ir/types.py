@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from enum import StrEnum
+from typing import Any
 
 
 class TensorKind(StrEnum):
@@ -96,3 +97,16 @@ class TorchConst:
 
 
 COMBINES = ("cat", "sum")  # how the parts of a fission output are merged
+
+
+def map_refs(obj: Any, fn) -> Any:
+    """Rebuild an args structure with every TRef replaced by ``fn(ref)``."""
+    if isinstance(obj, TRef):
+        return fn(obj)
+    if isinstance(obj, list):
+        return [map_refs(x, fn) for x in obj]
+    if isinstance(obj, tuple):
+        return tuple(map_refs(x, fn) for x in obj)
+    if isinstance(obj, dict):
+        return {k: map_refs(v, fn) for k, v in obj.items()}
+    return obj

@@ -141,7 +141,7 @@ class StorageIndex:
         nodes.  Returns the storages whose membership or existence changed."""
         changed: set[TRef] = set()
         g = self.g
-        touched = sorted(log.touched())
+        touched = sorted(log.touched() | self._through_views(log))
         for nid in touched:
             changed.update(self._leave(nid))
             if nid not in g.nodes and nid in self.owns:
@@ -154,9 +154,24 @@ class StorageIndex:
         for nid in present:
             self._join(nid)
             changed.update(self.member_of[nid])
-        if any(e.kind == "output" for e in log.edits):
+        if any(e.kind in ("output", "alias") for e in log.edits):
             changed |= self.refresh_outputs()
         return changed
+
+    def _through_views(self, log: EditLog) -> set[int]:
+        """Readers whose storage changed without an edit of their own: a view that was re-pointed
+        (``alias`` edit) moves the readers of it, and of views of it, to another storage."""
+        g = self.g
+        out: set[int] = set()
+        stack = [e.nid for e in log.edits if e.kind == "alias" and e.nid in g.nodes]
+        while stack:
+            v = stack.pop()
+            for u in g.users(v):
+                if u not in out:
+                    out.add(u)
+                    if any(t.alias is not None for t in g.nodes[u].outputs):
+                        stack.append(u)
+        return out
 
     def refresh_outputs(self) -> set[TRef]:
         new = {self.g.storage_root(r) for r in self.g.outputs.values()}
@@ -213,7 +228,10 @@ class DeltaEvaluator:
         self.intervals: dict[TRef, tuple[int, int, int]] = {}
         self.curve = self._full_curve()
         self.latency = self._full_latency()
-        self.root = MState(None, None, 0, -1, (), self.peak, self.latency, self.wl.value())
+        peak = self.peak
+        if self.storages.copy_nodes:  # copies free their inputs when they complete: the timed peak
+            peak = simulate(g, self.order, self.cost, validate=False).peak
+        self.root = MState(None, None, 0, -1, (), peak, self.latency, self.wl.value())
         self.state = self.root
         self._stack: list[tuple[MState, EditLog, tuple[int, ...], set[TRef], dict]] = []
 

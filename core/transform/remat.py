@@ -56,19 +56,23 @@ class Remat(Rule):
 
 
 class DeRemat(Rule):
-    """DeRemat(A'): the readers of a recomputed copy A' read its original again; A' is erased."""
+    """DeRemat(A'): the readers of a recomputed copy A' read its original again; A' is erased.
+    A chain of copies is merged from its end."""
 
     name = "deremat"
 
     def match(self, g: Graph, hot: Iterable[TRef] = ()) -> list[Application]:
+        origins = {n.recompute_of for n in g.nodes.values() if n.recompute_of is not None}
         return [Application(self.name, (n.id,)) for n in g.nodes.values()
-                if n.recompute_of is not None and n.recompute_of in g.nodes]
+                if n.recompute_of is not None and n.recompute_of in g.nodes and n.id not in origins]
 
     def edit(self, g: Graph, app: Application) -> None:
         (c,) = app.params
         node = g.nodes[c]
         if node.recompute_of is None:
             raise ValueError(f"{node.name!r} is not a recomputed copy")
+        if any(n.recompute_of == c for n in g.nodes.values()):
+            raise ValueError(f"{node.name!r} is recomputed itself: merge the end of the chain first")
         for j in range(len(node.outputs)):
             g.replace_all_uses_with(TRef(c, j), TRef(node.recompute_of, j))
         g.erase_node(c)

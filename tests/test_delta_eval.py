@@ -1,0 +1,130 @@
+"""Delta evaluation of M-States equals a from-scratch evaluation over random sequences of edits:
+evaluate children, move down (commit), back up and across the state tree (goto), on a committed
+training graph and on random graphs with swaps and fission nodes."""
+
+from __future__ import annotations
+
+import math
+import random
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from core.analysis.lifetimes import memory_profile
+from core.schedule.baselines import TracedOrder
+from core.search.delta import DeltaEvaluator
+from core.search.wl_hash import graph_hash
+from core.simulate import simulate
+from core.transform.remat import DeRemat, Remat
+from core.transform.rule import Application
+from sample_graphs.store import load_sample_graph
+from tests.randgraphs import random_graph, random_order
+
+
+def scratch(g, order):
+    sim = simulate(g, order)
+    return sim.peak, sim.latency, graph_hash(g)
+
+
+def assert_working_state_exact(ev: DeltaEvaluator) -> None:
+    g, order = ev.g, ev.order
+    assert g.lint_problems() == []
+    assert ev.curve.tolist() == memory_profile(g, order).step_bytes.tolist()
+    peak, latency, h = scratch(g, order)
+    assert math.isclose(ev.latency, latency, rel_tol=1e-9)
+    assert ev.wl.value() == h == ev.state.hash
+    assert ev.state.peak == peak
+    assert ev.pos == {v: i for i, v in enumerate(order)}
+
+
+def assert_child_exact(ev: DeltaEvaluator, c) -> None:
+    log = ev.rules[c.app.rule].apply(ev.g, c.app)
+    try:
+        order = ev.order[:c.lo] + list(c.window) + ev.order[c.hi + 1:]
+        peak, latency, h = scratch(ev.g, order)
+    finally:
+        ev.rules[c.app.rule].inverse(ev.g, log)
+    assert (c.peak, c.hash) == (peak, h), c.app
+    assert math.isclose(c.latency, latency, rel_tol=1e-9)
+
+
+def walk(ev: DeltaEvaluator, rng: random.Random, steps: int) -> None:
+    """Random moves: evaluate a few children (checked), commit one, go back, or jump."""
+    seen = [ev.root]
+    for _ in range(steps):
+        apps = ev.applications() + DeRemat().match(ev.g)
+        move = rng.random()
+        if apps and move < 0.6:
+            kids = [ev.evaluate(a) for a in rng.sample(apps, min(3, len(apps)))]
+            for c in kids:
+                assert_child_exact(ev, c)
+            s = ev.child_state(rng.choice(kids))
+            ev.commit(s)
+            seen.append(s)
+        elif move < 0.8 and ev.state is not ev.root:
+            ev.back()
+        else:
+            ev.goto(rng.choice(seen))
+        assert_working_state_exact(ev)
+
+
+@pytest.fixture(scope="module")
+def bert_tiny():
+    g = load_sample_graph("bert_tiny")
+    return g, TracedOrder().order(g)
+
+
+@settings(max_examples=8, deadline=None)
+@given(seed=st.integers(0, 1000))
+def test_random_walks_on_a_training_graph(bert_tiny, seed):
+    g, order = bert_tiny
+    ev = DeltaEvaluator(g.copy(), order, rules={r.name: r for r in (Remat(), DeRemat())})
+    assert_working_state_exact(ev)
+    walk(ev, random.Random(seed), 6)
+    ev.goto(ev.root)
+    assert ev.g.same_as(g) and ev.order == order  # back at the imported graph, exactly
+
+
+@settings(max_examples=30, deadline=None)
+@given(seed=st.integers(0, 10_000), order_seed=st.integers(0, 50))
+def test_random_walks_on_random_graphs(seed, order_seed):
+    g = random_graph(seed, 22)
+    order = random_order(g, order_seed)
+    ev = DeltaEvaluator(g.copy(), order, rules={r.name: r for r in (Remat(), DeRemat())})
+    assert_working_state_exact(ev)
+    walk(ev, random.Random(seed), 5)
+
+
+def test_remat_then_deremat_is_the_identity_and_hash_is_canonical(bert_tiny):
+    g, order = bert_tiny
+    ev = DeltaEvaluator(g.copy(), order)
+    apps = ev.applications()
+    assert apps, "bert_tiny has hot-spot tensors with several readers"
+    h = g.copy()
+    log = Remat().apply(h, apps[0])
+    assert h.lint_problems() == [] and not h.same_as(g)
+    Remat().inverse(h, log)
+    assert h.same_as(g)
+    # two readers rematerialised in either order: the same graph up to node ids, the same hash
+    a, b = [x for x in apps if x.params[0] == apps[0].params[0]][:2]
+    h1, h2 = g.copy(), g.copy()
+    Remat().apply(h1, a)
+    Remat().apply(h1, b)
+    Remat().apply(h2, b)
+    Remat().apply(h2, a)
+    assert not h1.same_as(h2) and graph_hash(h1) == graph_hash(h2) != graph_hash(g)
+    # De-remat of the copy merges it back: the original graph's hash again
+    copy_id = next(n.id for n in h1 if n.recompute_of is not None)
+    DeRemat().apply(h1, Application("deremat", (copy_id,)))
+    h3 = g.copy()
+    Remat().apply(h3, b)
+    assert graph_hash(h1) == graph_hash(h3)
+
+
+def test_a_queued_state_is_small(bert_tiny):
+    g, order = bert_tiny
+    ev = DeltaEvaluator(g.copy(), order)
+    states = [ev.child_state(ev.evaluate(a)) for a in ev.applications()[:10]]
+    assert all(s.nbytes() < 4096 for s in states)
+    assert states[0].applications() == [states[0].app]
