@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..ir import ops
-from ..ir.graph import Graph, Node, NodeKind
+from ..ir.graph import Graph, Node, NodeKind, map_refs
 from .devices import DeviceProfile, get_device
 
 MATMUL_CATEGORIES = ("matmul", "conv")
@@ -43,7 +43,7 @@ class CostModel:
 class AnalyticCost(CostModel):
     def __init__(self, device: str | DeviceProfile = "rtx3090") -> None:
         self.device = get_device(device) if isinstance(device, str) else device
-        self._cache: dict[int, float] = {}
+        self._cache: dict[tuple, float] = {}  # op signature -> seconds
 
     def op_cost(self, g: Graph, node: Node) -> OpCost:
         c = ops.ctx(node, g.tensor)
@@ -69,7 +69,19 @@ class AnalyticCost(CostModel):
         if node.kind == NodeKind.FISSION and node.fission is not None:
             sub = node.fission.graph
             return node.fission.n * sum(self.node_time(sub, m) for m in sub.ops())
-        return self.op_cost(g, node).seconds
+        key = op_signature(g, node)
+        t = self._cache.get(key)
+        if t is None:
+            t = self._cache[key] = self.op_cost(g, node).seconds
+        return t
+
+
+def op_signature(g: Graph, node: Node) -> tuple:
+    """What an op's cost depends on: the op, its input and output tensors and its other arguments
+    (two ops with equal signatures take equal time -- a recomputed copy costs what its original does)."""
+    ins = tuple((t.shape, t.dtype, t.alias is not None) for t in map(g.tensor, node.inputs()))
+    outs = tuple((t.shape, t.dtype, t.nbytes) for t in node.outputs)
+    return node.op, ins, outs, repr(map_refs((node.args, node.kwargs), lambda r: None))
 
 
 def get_cost_model(device: str = "rtx3090", measured: bool = False, cache_dir: str | None = None) -> CostModel:
