@@ -71,10 +71,3 @@ class AnalyticCost(CostModel):
             return node.fission.n * sum(self.node_time(sub, m) for m in sub.ops())
         return self.op_cost(g, node).seconds
 
-
-def get_cost_model(device: str = "rtx3090", measured: bool = False, cache_dir: str | None = None) -> CostModel:
-    if measured:
-        from .measured import MeasuredCost
-
-        return MeasuredCost(cache_dir=cache_dir)
-    return AnalyticCost(device)
