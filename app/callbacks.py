@@ -12,6 +12,7 @@ from dash import ALL, Dash, Input, Output, State, ctx, html, no_update, set_prop
 from dash.exceptions import PreventUpdate
 
 from core.cost import DEFAULT_DEVICE, DEVICES
+from core.fmt import format_bytes
 from core.ir.graph import GraphError
 
 from . import cyto, figures, panels
@@ -215,8 +216,8 @@ def analysis_of(state: AppState, gid: str, device: str, sched: str, resident) ->
     rows = figures.hotspot_rows(g, cur.hot, include_resident=bool(resident))
     res = [s for s in cur.hot if s.alloc < 0]
     note = (f"{len(rows)} tensors" + ("" if resident else
-            f"; {len(res)} resident inputs & weights ({figures.fmt_bytes(sum(s.nbytes for s in res))}) "
-            "not listed") + f" · peak {figures.fmt_bytes(cur.sim.peak)} at step "
+            f"; {len(res)} resident inputs & weights ({format_bytes(sum(s.nbytes for s in res))}) "
+            "not listed") + f" · peak {format_bytes(cur.sim.peak)} at step "
             f"{cur.profile.peak_steps[0] if cur.profile.peak_steps else '-'} of {cur.name}")
     cards = panels.summary_cards(entry.label, g, base, cur, device)
     hot = {"gid": gid, "schedule": sched, "device": device, "nodes": sorted(cur.hot_nodes)}

@@ -16,9 +16,10 @@ from collections.abc import Iterable
 from plotly.colors import sample_colorscale, sequential
 
 from core.analysis.dominators import DominatorTree
+from core.fmt import format_bytes
 from core.ir.graph import Graph, NodeKind
 
-from .figures import fmt_bytes, short_op
+from .figures import short_op
 from .modtree import ModuleTree, Path
 
 HEAT_SCALE = sequential.YlOrRd
@@ -141,7 +142,7 @@ def graph_elements(g: Graph, tree: ModuleTree, expanded: set[Path], tok: str, he
             node = g[nid]
             phase[key] = tree.phase(tree.path_of[nid])
             data = {"id": eid(key), "nid": nid, "label": _node_label(g, nid), "color": colors[key],
-                    "bytes": fmt_bytes(leaf_bytes[key]), "name": node.name,
+                    "bytes": format_bytes(leaf_bytes[key]), "name": node.name,
                     "module": node.module or "(top level)"}
             base = "placeholder" if node.kind == NodeKind.PLACEHOLDER else "op"
         else:
@@ -150,8 +151,8 @@ def graph_elements(g: Graph, tree: ModuleTree, expanded: set[Path], tok: str, he
             phase[key] = tree.phase(path)
             lbl = tree.label(path)
             count = f"{grp.ops} ops" if grp.ops else f"{grp.size} inputs"
-            data = {"id": eid(key), "group": path_str(path), "label": f"{lbl}\n{count} · {fmt_bytes(leaf_bytes[key])}",
-                    "color": colors[key], "fg": text_color(colors[key]), "bytes": fmt_bytes(leaf_bytes[key]),
+            data = {"id": eid(key), "group": path_str(path), "label": f"{lbl}\n{count} · {format_bytes(leaf_bytes[key])}",
+                    "color": colors[key], "fg": text_color(colors[key]), "bytes": format_bytes(leaf_bytes[key]),
                     "name": tree.full_name(path),
                     "width": max(64, 6.8 * max(len(lbl), len(count) + 11) + 12), "members": grp.size}
             base = "group"
@@ -237,7 +238,7 @@ def dom_elements(g: Graph, dt: DominatorTree, children: dict[int, list[int]], si
         below = sizes.get(v, 1) - 1
         label = _node_label(g, v) + (f"\n▾{below}" if below and len(dt.reachable) > full_max else "")
         nodes.append({"data": {"id": f"{tok}-d{v}", "nid": v, "label": label, "color": colors[v],
-                               "name": g[v].name, "bytes": fmt_bytes(out_bytes.get(v, 0))},
+                               "name": g[v].name, "bytes": format_bytes(out_bytes.get(v, 0))},
                       "classes": _cls("placeholder" if g[v].kind == NodeKind.PLACEHOLDER else "op",
                                       "hot" if v in hot else None, "live" if v in live else None,
                                       "sel" if v == selected else None,

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from core.analysis.lifetimes import MemoryProfile, Storage
+from core.fmt import format_bytes
 from core.ir.graph import Graph
 
 KIND_ORDER = ["input", "weight", "optimizer_state", "activation", "gradient", "output"]
@@ -24,15 +25,6 @@ KIND_COLORS = {"input": "#9aa5b1", "weight": "#5b7083", "optimizer_state": "#8e6
 OVERLAY_COLORS = ["#d62728", "#2ca02c", "#9467bd", "#17becf", "#8c564b", "#e377c2", "#7f7f7f"]
 MAX_POINTS = 1200
 TOP_LIVE = 5
-
-
-def fmt_bytes(n: float) -> str:
-    n = float(n)
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if abs(n) < 1024 or unit == "TiB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.2f} {unit}" if abs(n) < 10 else f"{n:.1f} {unit}"
-        n /= 1024
-    return f"{n:.1f} TiB"
 
 
 def fmt_seconds(s: float) -> str:
@@ -156,13 +148,13 @@ def hover_data(g: Graph, mem: MemoryProfile, steps: Sequence[int], index: LiveIn
     for step, top in zip(steps, tops, strict=True):
         node = g[mem.order[step]]
         lines = [f"<b>step {step}</b>: {short_op(node.op)} <i>{node.name}</i>",
-                 f"live {fmt_bytes(mem.step_bytes[step])}"]
+                 f"live {format_bytes(mem.step_bytes[step])}"]
         if top:
             lines.append("largest live tensors:")
             for s in top:
-                lines.append(f"&nbsp;&nbsp;{fmt_bytes(s.nbytes)} {tensor_name(g, s)} ({s.kind})")
+                lines.append(f"&nbsp;&nbsp;{format_bytes(s.nbytes)} {tensor_name(g, s)} ({s.kind})")
         if resident:
-            lines.append(f"+ inputs & weights held all step: {fmt_bytes(resident)}")
+            lines.append(f"+ inputs & weights held all step: {format_bytes(resident)}")
         text.append("<br>".join(lines))
     return Hover(list(steps), text, [[s.root.node for s in top] for top in tops])
 
@@ -208,7 +200,7 @@ def memory_figure(g: Graph, curves: Sequence[Curve], x_mode: str = "step", max_p
         data.append(tr)
     data.append({
         "type": "scatter", "x": x, "y": total[idx].tolist(), "mode": "lines",
-        "name": f"{main.name} total (peak {fmt_bytes(mem.peak)})",
+        "name": f"{main.name} total (peak {format_bytes(mem.peak)})",
         "line": {"width": 1.6, "color": "#222", "shape": "hv"},
         "customdata": [[s, main.name, top] for s, top in zip(steps, hov.top_nodes, strict=True)],
         "text": hov.text, "hovertemplate": "%{text}<extra></extra>", "legendgroup": "totals",
@@ -221,7 +213,7 @@ def memory_figure(g: Graph, curves: Sequence[Curve], x_mode: str = "step", max_p
         color = OVERLAY_COLORS[i % len(OVERLAY_COLORS)]
         data.append({
             "type": "scatter", "x": _x(c, j, x_mode).tolist(), "y": m.step_bytes[j].tolist(), "mode": "lines",
-            "name": f"{c.name} (peak {fmt_bytes(m.peak)})",
+            "name": f"{c.name} (peak {format_bytes(m.peak)})",
             "line": {"width": 1.6, "color": color, "shape": "hv", "dash": "dot"},
             "customdata": [[s, c.name] for s in j.tolist()], "legendgroup": "totals",
             "hovertemplate": f"{c.name}: %{{y:.4s}}B at step %{{customdata[0]}}<extra></extra>",
@@ -241,14 +233,14 @@ def memory_figure(g: Graph, curves: Sequence[Curve], x_mode: str = "step", max_p
     node = g[mem.order[ps]] if mem.order else None
     annotations.append({
         "x": _x(main, np.array([ps]), x_mode).tolist()[0], "y": mem.peak, "yshift": 12, "showarrow": False,
-        "text": f"peak {fmt_bytes(mem.peak)}" + (f" at step {ps} ({short_op(node.op)})" if node else ""),
+        "text": f"peak {format_bytes(mem.peak)}" + (f" at step {ps} ({short_op(node.op)})" if node else ""),
         "font": {"size": 11, "color": "#111"}, "bgcolor": "rgba(255,255,255,0.8)",
     })
     if capacity and mem.peak > 0.5 * capacity:
         shapes.append({"type": "line", "xref": "paper", "x0": 0, "x1": 1, "y0": capacity, "y1": capacity,
                        "line": {"dash": "dash", "color": "#d62728", "width": 1}})
         annotations.append({"xref": "paper", "x": 1, "y": capacity, "xanchor": "right", "yanchor": "bottom",
-                            "showarrow": False, "text": f"device memory {fmt_bytes(capacity)}",
+                            "showarrow": False, "text": f"device memory {format_bytes(capacity)}",
                             "font": {"size": 10, "color": "#d62728"}})
     top = max(max(c.profile.peak for c in curves), capacity if shapes else 0)
     layout["yaxis"]["range"] = [0, top * 1.12 if top else 1]

@@ -9,9 +9,10 @@ from dash import html
 
 from core.analysis.dominators import DominatorTree
 from core.analysis.lifetimes import Storage
+from core.fmt import format_bytes
 from core.ir.graph import Graph, NodeKind, TRef
 
-from .figures import fmt_bytes, fmt_seconds, short_op, tensor_name
+from .figures import fmt_seconds, short_op, tensor_name
 from .state import Analysis
 
 
@@ -36,14 +37,14 @@ def summary_cards(label: str, g: Graph, base: Analysis, cur: Analysis, device: s
     return [
         _card("model", label, f"{mode} graph" if mode else g.name, kind="model"),
         _card("nodes", f"{ops:,} ops", f"+ {ph:,} inputs & weights"),
-        _card("weights", fmt_bytes(g.weight_bytes()), "parameters, buffers, optimizer state"),
-        _card("baseline peak", fmt_bytes(base.sim.peak), "traced (PyTorch) order", id_="baseline-peak"),
-        _card(f"peak · {cur.name}", fmt_bytes(cur.sim.peak),
+        _card("weights", format_bytes(g.weight_bytes()), "parameters, buffers, optimizer state"),
+        _card("baseline peak", format_bytes(base.sim.peak), "traced (PyTorch) order", id_="baseline-peak"),
+        _card(f"peak · {cur.name}", format_bytes(cur.sim.peak),
               "same as baseline" if cur.name == base.name else f"{delta:+.2f}% vs traced",
               id_="schedule-peak", kind="peak"),
         _card(f"est. latency · {device}", fmt_seconds(cur.sim.latency), f"{cur.name} schedule, analytic model",
               id_="latency"),
-        _card("hot-spots", f"{n_hot}", f"tensors alive at the peak ({fmt_bytes(sum(s.nbytes for s in cur.hot if s.alloc >= 0))})"),
+        _card("hot-spots", f"{n_hot}", f"tensors alive at the peak ({format_bytes(sum(s.nbytes for s in cur.hot if s.alloc >= 0))})"),
     ]
 
 
@@ -78,7 +79,7 @@ def node_details(g: Graph, nid: int, a: Analysis | None, dt: DominatorTree | Non
                     where = (where + " · " if where else "") + "hot-spot"
         out_rows.append(html.Tr([html.Td(f"#{j}"), html.Td("×".join(map(str, t.shape)) or "scalar"),
                                  html.Td(t.dtype), html.Td(t.kind.value),
-                                 html.Td(fmt_bytes(t.nbytes) if t.alias is None else "0 (view)"),
+                                 html.Td(format_bytes(t.nbytes) if t.alias is None else "0 (view)"),
                                  html.Td(life), html.Td(where)]))
     outputs = html.Table([html.Thead(html.Tr([html.Th(h) for h in
                                               ("out", "shape", "dtype", "kind", "bytes", "alive", "")])),
@@ -114,17 +115,17 @@ def live_details(g: Graph, a: Analysis, step: int, live: Sequence[Storage], limi
     node = g[mem.order[step]]
     made = [s for s in live if s.alloc >= 0]
     held = [s for s in live if s.alloc < 0]
-    rows = [html.Tr([html.Td(fmt_bytes(s.nbytes)), html.Td(tensor_name(g, s)), html.Td(s.kind),
+    rows = [html.Tr([html.Td(format_bytes(s.nbytes)), html.Td(tensor_name(g, s)), html.Td(s.kind),
                      html.Td(f"{s.alloc} → {s.free}")]) for s in made[:limit]]
     if len(made) > limit:
-        rows.append(html.Tr([html.Td(fmt_bytes(sum(s.nbytes for s in made[limit:]))),
+        rows.append(html.Tr([html.Td(format_bytes(sum(s.nbytes for s in made[limit:]))),
                              html.Td(f"{len(made) - limit} smaller tensors"), html.Td(""), html.Td("")]))
     if held:
-        rows.append(html.Tr([html.Td(fmt_bytes(sum(s.nbytes for s in held))),
+        rows.append(html.Tr([html.Td(format_bytes(sum(s.nbytes for s in held))),
                              html.Td(f"{len(held)} inputs & weights"), html.Td("resident"), html.Td("whole step")]))
     return html.Div([
         html.H4(f"live at step {step} · {a.name}", id="live-title"),
-        html.Div(f"running {short_op(node.op)} ({node.name}); {fmt_bytes(mem.step_bytes[step])} live"
+        html.Div(f"running {short_op(node.op)} ({node.name}); {format_bytes(mem.step_bytes[step])} live"
                  + (" — the peak" if step in mem.peak_steps else ""), className="muted"),
         html.Table([html.Thead(html.Tr([html.Th("bytes"), html.Th("tensor"), html.Th("kind"), html.Th("steps")])),
                     html.Tbody(rows)], className="kv live-table"),

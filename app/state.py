@@ -28,8 +28,7 @@ from core.analysis.lifetimes import MemoryProfile, Storage
 from core.cost import DEFAULT_DEVICE, DEVICES, AnalyticCost
 from core.ir import io
 from core.ir.graph import Graph, GraphError, NodeKind, TRef
-from core.schedule import Schedule, get_scheduler
-from core.schedule.base import SCHEDULERS
+from core.schedule import SCHEDULERS, Schedule
 from core.simulate import SimResult, simulate
 
 from .modtree import ModuleTree
@@ -221,10 +220,7 @@ class AppState:
 
     # ---- graphs ---------------------------------------------------------------------------------
     def schedules(self) -> list[str]:
-        try:
-            get_scheduler("traced")  # imports every strategy module that exists
-        except Exception as e:  # a strategy module that fails to import must not take the app down
-            log.warning("some schedulers are unavailable: %s: %s", type(e).__name__, e)
+        """Scheduler names for the picker: traced and RPO first, then the rest sorted."""
         names = [n for n in SCHEDULERS if n not in EXCLUDED_SCHEDULES]
         return [n for n in FIRST_SCHEDULES if n in names] + sorted(n for n in names if n not in FIRST_SCHEDULES)
 

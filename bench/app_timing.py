@@ -226,8 +226,8 @@ def main() -> int:
         logging.basicConfig(level=logging.WARNING, format="%(relativeCreated)8.0f ms %(message)s")
         logging.getLogger("magis.app").setLevel(logging.DEBUG)
     from app import bundle
-    from app.figures import fmt_bytes
     from app.main import create_app
+    from core.fmt import format_bytes
 
     configs = ["basic", "full"] if bundle.usable() else ["full"]
     if a.only:
@@ -310,7 +310,7 @@ def main() -> int:
             rec("switch schedule (rpo, cached)", page_time(
                 pg, "(v) => document.querySelector('#schedule-peak')?.innerText.trim() === v "
                 "&& document.querySelector('#summary .card.peak .card-title')?.innerText"
-                ".toLowerCase().includes('rpo')", fmt_bytes(other.sim.peak), option.click))
+                ".toLowerCase().includes('rpo')", format_bytes(other.sim.peak), option.click))
             ctx.close()
             srv.shutdown()
             state.shutdown()

@@ -17,8 +17,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from core.analysis.info import graph_info  # noqa: E402
 from core.cost import DEVICES  # noqa: E402
+from core.summary import graph_info  # noqa: E402
 from sample_graphs.store import graph_path, load_sample_graph  # noqa: E402
 
 FULL = ["resnet50", "bert_base", "vit_base", "unet", "unetpp", "gpt_neo_1_3b", "btlm_3b"]

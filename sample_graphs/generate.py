@@ -12,9 +12,9 @@ import sys
 import time
 
 import sample_graphs
-from core.frontend.torch_import import capture_sample
 from core.ir import io
 
+from .capture import capture_sample
 from .store import graph_path
 
 

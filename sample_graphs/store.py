@@ -21,6 +21,6 @@ def load_sample_graph(name: str, mode: str = "train"):
     p = graph_path(name, mode)
     if p.exists():
         return io.load(p)
-    from core.frontend.torch_import import capture_sample
+    from .capture import capture_sample
 
     return capture_sample(name, training=(mode == "train"))

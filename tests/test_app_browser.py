@@ -279,7 +279,7 @@ def test_memory_hover_and_click_highlight_live_tensors(page, server):
 
 def test_pick_sample_and_switch_schedule_changes_peak(page, server):
     _url, app = server
-    from app.figures import fmt_bytes
+    from core.fmt import format_bytes
 
     name, sched, base, other = differing_schedule(app)
     tok = graph_token(page)
@@ -289,14 +289,14 @@ def test_pick_sample_and_switch_schedule_changes_peak(page, server):
     page.wait_for_function(_cy("cy.nodes().length > 0 && cy.nodes()[0].id().split('-')[0] !== arg"),
                            arg=["graph", tok])
     wait_cy_stable(page, "graph")
-    assert card(page, "schedule-peak") == fmt_bytes(base)
-    assert card(page, "baseline-peak") == fmt_bytes(base)
+    assert card(page, "schedule-peak") == format_bytes(base)
+    assert card(page, "baseline-peak") == format_bytes(base)
     pick_dropdown(page, "schedule", rf"^{re.escape(sched)}$")
     page.wait_for_function("(v) => document.querySelector('#schedule-peak')?.innerText.trim() === v",
-                           arg=fmt_bytes(other))
-    assert card(page, "baseline-peak") == fmt_bytes(base)
+                           arg=format_bytes(other))
+    assert card(page, "baseline-peak") == format_bytes(base)
     page.wait_for_function("(t) => (document.querySelector('#memory .legend')?.textContent || '').includes(t)",
-                           arg=f"{sched} total (peak {fmt_bytes(other)})")
+                           arg=f"{sched} total (peak {format_bytes(other)})")
     page.locator("#memory").scroll_into_view_if_needed()
     shot(page, "app_schedule_switch")
 
@@ -368,8 +368,7 @@ def test_hotspot_row_selects_node(page, server):
 def test_slow_schedule_does_not_freeze_the_ui(page, server):
     """A scheduler that takes seconds runs in the background: the curve says it is computing, the
     graph stays usable meanwhile, and the overlay appears when it is done."""
-    from core.schedule import get_scheduler
-    from core.schedule.base import SCHEDULERS, Scheduler
+    from core.schedule import SCHEDULERS, Scheduler, get_scheduler
 
     class SlowDemo(Scheduler):
         name = "slow_demo"

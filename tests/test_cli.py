@@ -19,7 +19,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def magis(*args: str) -> subprocess.CompletedProcess:
     env = dict(os.environ, PYTHONPATH=str(ROOT))
-    return subprocess.run([sys.executable, "-m", "core.cli", *args], capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "app.cli", *args], capture_output=True, text=True,
                           cwd=ROOT, env=env, timeout=120)
 
 
@@ -85,4 +85,66 @@ def test_info_json_on_a_small_graph(tmp_path):
 def test_unknown_sample_is_a_clear_error(tmp_path):
     r = magis("import", "no_such_model", "-o", str(tmp_path / "x.json.gz"))
     assert r.returncode == 2 and "unknown sample" in r.stderr and "Traceback" not in r.stderr
+    assert not (tmp_path / "x.json.gz").exists()
+
+
+FACTORY = '''
+import torch
+from torch import nn
+
+
+class Workload:
+    def __init__(self):
+        self.module = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 4))
+        self.inputs = (torch.randn(3, 8),)
+
+    @staticmethod
+    def loss_fn(module, x):
+        return module(x).square().mean()
+
+
+def build():
+    return Workload()
+'''
+
+
+def test_import_and_verify_a_factory_file(tmp_path, capsys):
+    from app.cli import main
+
+    spec = f"{tmp_path / 'mlp.py'}:build"
+    (tmp_path / "mlp.py").write_text(FACTORY)
+    for mode in ([], ["--forward"]):
+        out = tmp_path / f"mlp{len(mode)}.json.gz"
+        assert main(["import", spec, "-o", str(out), "--json", *mode]) == 0
+        res = json.loads(capsys.readouterr().out)
+        g = io.load(out)
+        assert res["nodes"] == len(g) and g.name == "build"
+        assert g.meta["mode"] == ("forward" if mode else "train")
+    assert main(["verify", spec, "--schedule", "rpo"]) == 0
+    res = json.loads(capsys.readouterr().out)
+    assert res["ok"] and res["sample"] == spec and res["schedule"] == "rpo" and res["dtype"] == "float32"
+
+
+def test_info_of_a_sample_name_reads_its_graph_file(capsys):
+    from app.cli import main
+
+    assert main(["info", "fig2_skip", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["name"] == "fig2_skip"
+
+
+@pytest.mark.parametrize("args,message", [
+    (["import", "nope.py:build"], "no such file: nope.py"),
+    (["import", "tests/test_cli.py:no_such_factory"], "has no function 'no_such_factory'"),
+    (["import", "nope"], "unknown sample 'nope'"),
+    (["verify", "resnet50"], "resnet50 is a full-size workload"),
+    (["schedule", "fig2_skip", "--method", "nope"], "unknown schedule 'nope'"),
+])
+def test_bad_specs_are_one_clear_line(tmp_path, capsys, args, message):
+    from app.cli import main
+
+    if args[0] == "import":
+        args = [*args, "-o", str(tmp_path / "x.json.gz")]
+    assert main(args) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1].startswith("magis: error: ") and message in err[-1]
     assert not (tmp_path / "x.json.gz").exists()

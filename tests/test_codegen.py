@@ -24,7 +24,7 @@ from core.codegen import CodegenError, FissionNotSupported, export_script, gener
 from core.codegen.plan import integer_ranges, sanitize
 from core.codegen.runtime import LiveBytesTracker, Swapper, make_inputs
 from core.codegen.verify import (
-    capture_spec_real,
+    capture_real,
     load_script,
     random_topological_order,
     resolve_schedule,
@@ -380,7 +380,7 @@ def test_main_loads_inputs_and_saves_outputs(tmp_path, capsys):
 
 
 def test_cli_export(tmp_path, capsys):
-    from core.cli import main as magis
+    from app.cli import main as magis
     from core.ir import io
 
     _, _, _, g = model_and_graph("conv")
@@ -404,7 +404,7 @@ def _toy(name):
 
     if name not in _TOYS:
         s = sample_graphs.build(name)
-        _TOYS[name] = (s, capture_spec_real(name, s))
+        _TOYS[name] = (s, capture_real(s, name=name, rebuild=lambda: sample_graphs.build(name)))
     return _TOYS[name]
 
 

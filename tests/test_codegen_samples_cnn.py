@@ -13,7 +13,7 @@ from __future__ import annotations
 import pytest
 
 import sample_graphs
-from core.codegen.verify import capture_spec_real, problems, verify_module
+from core.codegen.verify import capture_real, problems, verify_module
 
 pytestmark = pytest.mark.slow
 
@@ -24,7 +24,7 @@ SCHEDULES = ("traced", "rpo", "random:1")
 def test_tiny_workload_round_trip(name):
     s = sample_graphs.build(name)
     assert s.dtype == __import__("torch").float32
-    g = capture_spec_real(name, s)
+    g = capture_real(s, name=name, rebuild=lambda: sample_graphs.build(name))
     for schedule in SCHEDULES:
         res = verify_module(s.module, s.inputs, s.loss_fn, graph=g, schedule=schedule)
         assert not problems(res), (schedule, problems(res))

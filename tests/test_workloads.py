@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 
 import sample_graphs
-from core.analysis.info import graph_info
 from core.ir import io
 from core.ir.graph import TensorKind
+from core.summary import graph_info
 from sample_graphs.store import graph_path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -53,7 +53,7 @@ def test_full_size_workloads_are_the_papers():
 @pytest.mark.slow
 @pytest.mark.parametrize("name", [n for n in sample_graphs.NAMES if n.endswith("_tiny") or n.startswith("fig")])
 def test_committed_tiny_graphs_match_a_fresh_capture(name):
-    from core.frontend.torch_import import capture_sample
+    from sample_graphs.capture import capture_sample
 
     fresh = io.graph_to_dict(capture_sample(name))
     committed = io.graph_to_dict(io.load(graph_path(name)))
@@ -64,7 +64,7 @@ def test_committed_tiny_graphs_match_a_fresh_capture(name):
 
 def test_magis_info_json_on_a_full_size_graph():
     env = dict(os.environ, PYTHONPATH=str(ROOT))
-    r = subprocess.run([sys.executable, "-m", "core.cli", "info", str(graph_path("gpt_neo_1_3b")), "--json"],
+    r = subprocess.run([sys.executable, "-m", "app.cli", "info", str(graph_path("gpt_neo_1_3b")), "--json"],
                        capture_output=True, text=True, env=env, cwd=ROOT, timeout=120)
     assert r.returncode == 0, r.stderr
     info = json.loads(r.stdout)

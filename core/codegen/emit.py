@@ -19,6 +19,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
+from ..fmt import format_bytes
 from ..ir import ops
 from ..ir.graph import Graph, GraphError, Node, NodeKind, TorchConst, TRef
 from .plan import ReleasePlan, input_key, input_kind, integer_ranges, release_plan, variable_names
@@ -241,14 +242,6 @@ def constants_source(g: Graph) -> str:
     return "CONSTANTS = {\n" + "\n".join(rows) + "\n}" if rows else "CONSTANTS: dict[str, torch.Tensor] = {}"
 
 
-def _fmt_bytes(b: float) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if b < 1024 or unit == "GiB":
-            return f"{b:.1f} {unit}" if unit != "B" else f"{int(b)} B"
-        b /= 1024
-    return f"{b:.1f} GiB"
-
-
 def _doc(text: str) -> str:
     """``text`` safe inside the script's docstring (one line, no quotes or escapes that end it)."""
     return " ".join(text.split()).replace("\\", "/").replace('"', "'")
@@ -298,7 +291,7 @@ def generate_source(g: Graph, order: Sequence[int], schedule_name: str = "custom
 
 {len(order)} ops ({kind_text}) run in schedule order, one line per op; each tensor name is deleted
 right after its last use, so every storage is freed at the step where the simulator frees it.
-Simulated on {device_name}: peak {_fmt_bytes(peak)} ({peak} bytes, {resident} of them inputs and
+Simulated on {device_name}: peak {format_bytes(peak)} ({peak} bytes, {resident} of them inputs and
 weights), latency {meta["simulated_latency_seconds"] * 1e3:.3f} ms.
 
 Run:     python this_file.py [--device cuda|cpu] [--inputs tensors.pt] [--repeat N]

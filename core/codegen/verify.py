@@ -2,11 +2,11 @@
 exported script for a schedule on the same weights and inputs, compare every output, and compare
 the script's measured peak of live storage bytes with the simulator's peak for that schedule.
 
-``verify_module(module, inputs, loss_fn, ...)`` works on any model; ``verify_spec(name)`` on a
-sample of ``sample_graphs`` (or ``path/to/file.py:factory``).  When the peaks differ,
-``audit_ops`` tells why: it runs the graph op by op and lists every op whose real outputs share
-storage differently from the graph's alias records, or whose storages have other sizes; and
-``problems(result)`` lists what keeps a result from being a clean round trip.
+``verify_module(module, inputs, loss_fn, ...)`` works on any model; ``verify_workload(w)`` on an
+already-built workload (``core.frontend.workload``: a sample, or what a user's factory returns).
+When the peaks differ, ``audit_ops`` tells why: it runs the graph op by op and lists every op whose
+real outputs share storage differently from the graph's alias records, or whose storages have
+other sizes; and ``problems(result)`` lists what keeps a result from being a clean round trip.
 """
 
 from __future__ import annotations
@@ -25,6 +25,8 @@ import torch
 from torch import nn
 
 from ..analysis.lifetimes import memory_profile
+from ..frontend.torch_import import ImportErrorMAGIS, capture
+from ..frontend.workload import Workload, capture_workload, workload_fns
 from ..ir.graph import Graph, NodeKind, TRef
 from .emit import generate_source, is_constant
 from .plan import input_key
@@ -62,11 +64,9 @@ def resolve_schedule(g: Graph, schedule: str, seed: int = 0) -> list[int]:
     if schedule == "random" or schedule.startswith("random:"):
         s = schedule.partition(":")[2]
         return random_topological_order(g, int(s) if s else seed)
-    from ..schedule import baselines  # noqa: F401  (traced / rpo, without the heavier strategies)
-    from ..schedule.base import SCHEDULERS, get_scheduler
+    from ..schedule import get_scheduler
 
-    sched = SCHEDULERS[schedule]() if schedule in SCHEDULERS else get_scheduler(schedule)
-    return sched.run(g).order
+    return get_scheduler(schedule).run(g).order
 
 
 # ---- scripts ------------------------------------------------------------------------------------
@@ -237,8 +237,6 @@ def verify_module(module: nn.Module, inputs: Sequence[torch.Tensor],
     Returns errors (overall worst and per tensor), measured and simulated peaks, their ratio, and
     ``ok`` (all outputs allclose and the peak within ``peak_tol``).
     """
-    from ..frontend.torch_import import capture
-
     inputs = tuple(inputs)
     if graph is None:
         graph = capture(module, inputs, loss_fn, forward_fn, training=training, name=name)
@@ -333,57 +331,38 @@ def _safe(s: str) -> str:
     return "".join(c if c.isalnum() else "_" for c in s)
 
 
-def build_spec(spec: str, seed: int = 0) -> Any:
-    """A sample of ``sample_graphs`` by name, or ``path/to/file.py:factory``, built with real tensors."""
-    import sample_graphs
-
-    from ..frontend.torch_import import ImportErrorMAGIS, load_factory
-
-    torch.manual_seed(seed)
-    if spec in sample_graphs.NAMES:
-        return sample_graphs.build(spec)
-    if ":" in spec:
-        return load_factory(spec)()
-    raise ImportErrorMAGIS(f"unknown sample {spec!r}; samples: {', '.join(sample_graphs.NAMES)}")
-
-
-def capture_spec_real(spec: str, s: Any, seed: int = 0, training: bool = True) -> Graph:
-    """Capture the sample on its real tensors; if tracing real tensors fails, capture a second,
-    identical build under FakeTensorMode (``build`` is deterministic)."""
+def capture_real(w: Workload, *, name: str | None = None, training: bool = True,
+                 rebuild: Callable[[], Workload] | None = None) -> Graph:
+    """Capture ``w`` on its real tensors.  If tracing real tensors fails and ``rebuild`` is given,
+    capture what ``rebuild()`` returns when called under ``FakeTensorMode`` instead -- an identical
+    build (the builders are deterministic) whose tensors are fake."""
     from torch._subclasses.fake_tensor import FakeTensorMode
 
-    from ..frontend.torch_import import ImportErrorMAGIS, capture
-
-    name = getattr(s, "name", spec)
-    args = (getattr(s, "loss_fn", None), getattr(s, "forward_fn", None))
     try:
-        return capture(s.module, tuple(s.inputs), *args, training=training, name=name)
+        return capture_workload(w, training=training, name=name)
     except ImportErrorMAGIS:
+        if rebuild is None:
+            raise
         with FakeTensorMode(allow_non_fake_inputs=True):
-            f = build_spec(spec, seed)
-        g = capture(f.module, tuple(f.inputs), *args, training=training, name=name)
+            fake = rebuild()
+        loss_fn, forward_fn = workload_fns(w)
+        g = capture(fake.module, tuple(fake.inputs), loss_fn, forward_fn, training=training,
+                    name=name or getattr(w, "name", None) or "model")
         g.meta["captured_under"] = "FakeTensorMode (second build)"
         return g
 
 
-def verify_spec(spec: str, schedule: str = "traced", seed: int = 0, *, training: bool = True,
-                rtol: float = RTOL, atol: float = ATOL, allow_full_size: bool = False,
-                details: bool = False, **kwargs: Any) -> dict[str, Any]:
-    """:func:`verify_module` on a sample (tiny variants: the model really runs, on CPU)."""
-    if not allow_full_size:  # look before allocating: a fake build costs no memory
-        from torch._subclasses.fake_tensor import FakeTensorMode
-
-        with FakeTensorMode(allow_non_fake_inputs=True):
-            full = getattr(build_spec(spec, seed), "full_size", False)
-        if full:
-            raise ValueError(f"{spec} is a full-size workload; verify runs the model for real on the "
-                             f"CPU -- use its _tiny variant")
-    s = build_spec(spec, seed)
-    g = capture_spec_real(spec, s, seed, training)
-    res = verify_module(s.module, tuple(s.inputs), getattr(s, "loss_fn", None),
-                        forward_fn=getattr(s, "forward_fn", None), training=training, name=g.name,
-                        schedule=schedule, graph=g, seed=seed, rtol=rtol, atol=atol, details=details,
-                        **kwargs)
-    res["sample"] = spec
-    res["dtype"] = str(getattr(s, "dtype", torch.float32)).removeprefix("torch.")
+def verify_workload(w: Workload, schedule: str = "traced", seed: int = 0, *, name: str | None = None,
+                    training: bool = True, rebuild: Callable[[], Workload] | None = None,
+                    rtol: float = RTOL, atol: float = ATOL, details: bool = False,
+                    **kwargs: Any) -> dict[str, Any]:
+    """:func:`verify_module` on an already-built workload (the model really runs, on the CPU):
+    captured by :func:`capture_real` (``rebuild``: its fallback), and the result records the
+    workload's dtype."""
+    g = capture_real(w, name=name, training=training, rebuild=rebuild)
+    loss_fn, forward_fn = workload_fns(w)
+    res = verify_module(w.module, tuple(w.inputs), loss_fn, forward_fn=forward_fn, training=training,
+                        name=g.name, schedule=schedule, graph=g, seed=seed, rtol=rtol, atol=atol,
+                        details=details, **kwargs)
+    res["dtype"] = str(getattr(w, "dtype", torch.float32)).removeprefix("torch.")
     return res

@@ -83,10 +83,3 @@ def op_signature(g: Graph, node: Node) -> tuple:
     outs = tuple((t.shape, t.dtype, t.nbytes) for t in node.outputs)
     return node.op, ins, outs, repr(map_refs((node.args, node.kwargs), lambda r: None))
 
-
-def get_cost_model(device: str = "rtx3090", measured: bool = False, cache_dir: str | None = None) -> CostModel:
-    if measured:
-        from .measured import MeasuredCost
-
-        return MeasuredCost(cache_dir=cache_dir)
-    return AnalyticCost(device)

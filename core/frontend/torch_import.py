@@ -376,62 +376,8 @@ def _append_sgd(g: Graph, lr: float) -> None:
         g.outputs["param:" + pname] = TRef(node.id, 0)
 
 
-def capture_sample(name: str, training: bool = True, sgd_lr: float | None = None) -> Graph:
-    """Build a sample from ``sample_graphs`` under fake tensors and capture it."""
-    from torch._subclasses.fake_tensor import FakeTensorMode
-
-    import sample_graphs
-
-    with FakeTensorMode(allow_non_fake_inputs=True):
-        s = sample_graphs.build(name)
-    g = capture(s.module, s.inputs, s.loss_fn, s.forward_fn, training=training, name=name, sgd_lr=sgd_lr)
-    g.meta["sample"] = name
-    g.meta["description"] = s.description
-    return g
-
-
-def load_factory(spec: str) -> Any:
-    """``path/to/file.py:factory`` -> the object the factory returns (a sample-like object with
-    ``module``, ``inputs``, ``loss_fn`` and optionally ``forward_fn``)."""
-    import importlib.util
-    from pathlib import Path
-
-    path, _, fn = spec.rpartition(":")
-    if not path or not fn:
-        raise ImportErrorMAGIS(f"bad model spec {spec!r}: expected a sample name or path/to/file.py:factory")
-    p = Path(path)
-    if not p.exists():
-        raise ImportErrorMAGIS(f"no such file: {p}")
-    modspec = importlib.util.spec_from_file_location(p.stem, p)
-    if modspec is None or modspec.loader is None:
-        raise ImportErrorMAGIS(f"cannot load {p}")
-    mod = importlib.util.module_from_spec(modspec)
-    modspec.loader.exec_module(mod)
-    if not hasattr(mod, fn):
-        raise ImportErrorMAGIS(f"{p} has no function {fn!r}")
-    return getattr(mod, fn)
-
-
-def capture_spec(spec: str, training: bool = True, sgd_lr: float | None = None) -> Graph:
-    """A sample name, or ``file.py:factory`` where factory() returns a Sample-like object."""
-    from torch._subclasses.fake_tensor import FakeTensorMode
-
-    import sample_graphs
-
-    if spec in sample_graphs.NAMES:
-        return capture_sample(spec, training, sgd_lr)
-    if ":" not in spec:
-        raise ImportErrorMAGIS(f"unknown sample {spec!r}; samples: {', '.join(sample_graphs.NAMES)}")
-    factory = load_factory(spec)
-    with FakeTensorMode(allow_non_fake_inputs=True):
-        s = factory()
-    name = getattr(s, "name", spec.rpartition(":")[2])
-    return capture(s.module, tuple(s.inputs), getattr(s, "loss_fn", None), getattr(s, "forward_fn", None),
-                   training=training, name=name, sgd_lr=sgd_lr)
-
-
 def node_count(g: Graph) -> int:
     return sum(1 for n in g if n.kind != NodeKind.PLACEHOLDER)
 
 
-__all__ = ["capture", "capture_sample", "capture_spec", "ImportErrorMAGIS", "Node"]
+__all__ = ["capture", "ImportErrorMAGIS", "Node"]

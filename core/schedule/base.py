@@ -1,10 +1,9 @@
 """The one scheduling interface: a Scheduler turns a Graph into a Schedule (a topological order of
-its ops).  Strategies live in their own modules and register here by name."""
+its ops).  Strategies live in their own modules; ``registry`` lists them by name."""
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from ..analysis.lifetimes import check_schedule, memory_profile
@@ -13,6 +12,8 @@ from ..ir.graph import Graph, NodeKind
 
 @dataclass
 class Schedule:
+    """A scheduler's result: the order of op node ids, its peak and how long it took to find."""
+
     order: list[int]
     name: str
     peak: int = 0  # bytes, recomputed by ``finish``
@@ -36,39 +37,11 @@ class Scheduler:
 
 
 def finish(g: Graph, order: list[int], name: str, seconds: float, **info) -> Schedule:
+    """The Schedule of a checked ``order`` with its peak under the default memory model."""
     check_schedule(g, order)
     return Schedule(list(order), name, memory_profile(g, order, validate=False).peak, seconds, dict(info))
 
 
 def op_ids(g: Graph) -> list[int]:
+    """The op node ids of ``g`` (every node but the placeholders), in node order."""
     return [n.id for n in g if n.kind != NodeKind.PLACEHOLDER]
-
-
-SCHEDULERS: dict[str, Callable[..., Scheduler]] = {}
-
-
-def register(name: str) -> Callable[[type], type]:
-    def deco(cls: type) -> type:
-        cls.name = name
-        SCHEDULERS[name] = cls
-        return cls
-
-    return deco
-
-
-# modules that register strategies; a module that is not present is skipped
-STRATEGY_MODULES = ("baselines", "random_topo", "brute_force", "serenity", "hmcos", "incremental")
-
-
-def get_scheduler(name: str, **kwargs) -> Scheduler:
-    import importlib
-
-    for mod in STRATEGY_MODULES:
-        try:
-            importlib.import_module(f"{__package__}.{mod}")
-        except ModuleNotFoundError as e:
-            if e.name != f"{__package__}.{mod}":
-                raise
-    if name not in SCHEDULERS:
-        raise ValueError(f"unknown schedule {name!r}; known: {', '.join(sorted(SCHEDULERS))}")
-    return SCHEDULERS[name](**kwargs)

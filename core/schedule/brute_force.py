@@ -8,7 +8,6 @@ orders that cannot be better, so the optimum is exact).
 from __future__ import annotations
 
 from ..ir.graph import Graph
-from .base import register
 from .footprint import MemoryModel, MemoryScheduler
 
 MAX_OPS = 12
@@ -85,9 +84,10 @@ def all_topological_orders(model: MemoryModel) -> list[list[int]]:
     return out
 
 
-@register("brute")
 class BruteForce(MemoryScheduler):
     """Exhaustive search over topological orders (graphs of at most 12 ops)."""
+
+    name = "brute"
 
     def __init__(self, time_budget: float | None = None, free_inputs: bool = False,
                  count_weights: bool = True) -> None:

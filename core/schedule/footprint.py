@@ -26,6 +26,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 from ..analysis.lifetimes import counted, storage_table
+from ..analysis.order import reverse_post_order
 from ..ir.graph import Graph, NodeKind
 from .base import Scheduler as _Scheduler
 
@@ -175,25 +176,8 @@ def rpo_order(model: MemoryModel) -> list[int]:
             has_user[p] = True
     roots = sorted({r.node for r in g.outputs.values() if r.node in index}
                    | {ops[i] for i in range(model.n) if not has_user[i]})
-    preds = [sorted(ops[p] for p in ps) for ps in model.preds]
-    done: set[int] = set()
-    out: list[int] = []
-    for root in roots:
-        stack = [(root, 0)]
-        while stack:
-            nid, k = stack.pop()
-            if nid in done:
-                continue
-            ps = preds[index[nid]]
-            while k < len(ps) and ps[k] in done:
-                k += 1
-            if k < len(ps):
-                stack.append((nid, k + 1))
-                stack.append((ps[k], 0))
-            else:
-                done.add(nid)
-                out.append(nid)
-    return out
+    preds = {ops[i]: sorted(ops[p] for p in ps) for i, ps in enumerate(model.preds)}
+    return reverse_post_order(preds, roots)
 
 
 def best_of(model: MemoryModel, candidates: dict[str, list[int]]) -> tuple[str, list[int]]:
@@ -235,7 +219,7 @@ class MemoryScheduler(_Scheduler):
         start of ``run`` (the rest is left for building the model and checking the result)."""
         import time
 
-        from .serenity import Deadline
+        from .deadline import Deadline
 
         d = Deadline(None)
         if self.time_budget is not None:

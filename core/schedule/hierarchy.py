@@ -1,20 +1,7 @@
-"""HMCOS's hierarchical computation graph (Wang et al., DAC'22, section 3.1): sequences and groups.
+"""HMCOS's hierarchical computation graph (Wang et al., DAC'22, section 3.1): groups of sequences.
 
-Sequences (3.1.1).  A chain of ops <v_1..v_n> where every v_i (i >= 2) has v_{i-1} as its only
-predecessor and v_{i-1} has v_i as its only successor, whose *chain-local* footprints satisfy
-
-    Condition 1: mu^s_1 >= mu^s_i for all i  (no step is above the first one), and
-    Condition 2: mu^t_i >= mu^t_j for i < j  (transients never increase).
-
-Chain-local footprints count the storages the chain allocates, minus those it has freed, minus the
-storages allocated before it that only the chain reads once their last reader has run (those are
-freed by the chain in every schedule); a storage someone outside also reads is never freed there.
-This is HMCOS's release rule (an op frees its inputs) made exact for shared inputs.
-
-Chains are joined greedily in topological order.  The join is lossless: in any schedule, moving
-v_2..v_n to right after v_1 never raises a footprint (the ops that ran in between now see a chain
-contribution mu^t_n <= mu^t_i, and each moved step is at most v_1's), so the optimum over
-sequence-atomic schedules equals the flat optimum (tested against brute force).
+Sequences (3.1.1) are the units of a ``units.UnitProblem`` built with ``sequences=True``
+(``units.join_sequences``); this module groups them.
 
 Groups (3.1.2).  Our graphs carry no NAS cell labels, so cells are derived structurally:
 
@@ -37,132 +24,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from ..analysis.dominators import DomTree, dag_idom
 from .footprint import bits
 from .units import UnitProblem
-
-
-# ------------------------------------------------------------------------------------------------
-# Sequences
-# ------------------------------------------------------------------------------------------------
-def join_sequences(P: UnitProblem) -> list[list[int]]:
-    """Greedy sequence join over the core ops of ``P`` (HMCOS 3.1.1, both conditions)."""
-    model = P.model
-    rel, never, lazy = P.rel, P.never, P.lazy
-    seqs: list[list[int]] = []
-    seq_of: dict[int, int] = {}
-    # per sequence: (peak of first unit, current chain transient, pending counts of chain storages)
-    state: list[tuple[int, int, dict[int, int]]] = []
-
-    def run_unit(ops: list[int], ct: int, pending: dict[int, int]) -> tuple[int, int, dict[int, int]]:
-        """Chain-local footprint of appending ``ops``: (max sub-step, transient after, pending')."""
-        pend = dict(pending)
-        top = -(1 << 62)
-        for x in ops:
-            ct += model.alloc[x]
-            if ct > top:
-                top = ct
-            for s in model.produces[x] + model.touches[x]:
-                c = pend.get(s)
-                if c is None:  # first seen: allocated here, or read by the chain (producer outside)
-                    prod = model.producer[s]
-                    c = sum(1 for v in rel[s] if v not in lazy and (v != prod or prod == x))
-                c -= 1
-                pend[s] = c
-                if c == 0:
-                    del pend[s]
-                    if s not in never:
-                        ct -= model.size[s]
-        return top, ct, pend
-
-    for i in P.core:
-        ops = P.unit_ops([i])
-        ps = P.epreds[i]
-        if len(ps) == 1:
-            (w,) = ps
-            k = seq_of.get(w)
-            if k is not None and P.esuccs[w] == [i] and seqs[k][-1] == w:
-                first, ct, pend = state[k]
-                top, ct2, pend2 = run_unit(ops, ct, pend)
-                if top <= first and ct2 <= ct:  # Condition 1 and Condition 2
-                    seqs[k].append(i)
-                    seq_of[i] = k
-                    state[k] = (first, ct2, pend2)
-                    continue
-        top, ct, pend = run_unit(ops, 0, {})
-        seq_of[i] = len(seqs)
-        seqs.append([i])
-        state.append((top, ct, pend))
-    return seqs
-
-
-# ------------------------------------------------------------------------------------------------
-# Dominators on a DAG
-# ------------------------------------------------------------------------------------------------
-def dag_idom(preds: list[list[int]]) -> list[int]:
-    """Immediate dominators of nodes 0..n-1 (topologically numbered) from a virtual root -1 that
-    precedes every node without predecessors (Cooper-Harvey-Kennedy intersect; on a DAG one pass in
-    topological order suffices)."""
-    n = len(preds)
-    idom = [-1] * n
-    depth = [0] * n
-    for v in range(n):
-        ps = preds[v]
-        if not ps:
-            idom[v], depth[v] = -1, 1
-            continue
-        a = ps[0]
-        for b in ps[1:]:
-            x, y = a, b
-            while x != y:
-                if x == -1 or y == -1:
-                    x = -1
-                    break
-                if x > y:
-                    x = idom[x]
-                else:
-                    y = idom[y]
-            a = x
-        idom[v] = a
-        depth[v] = 1 if a == -1 else depth[a] + 1
-    return idom
-
-
-class DomTree:
-    """Dominance queries by Euler-tour intervals over an idom array (-1 = virtual root)."""
-
-    def __init__(self, idom: list[int]) -> None:
-        n = len(idom)
-        ch: list[list[int]] = [[] for _ in range(n + 1)]
-        for v, d in enumerate(idom):
-            ch[d + 1 if d >= 0 else 0].append(v + 1)
-        self.tin = [0] * (n + 1)
-        self.tout = [0] * (n + 1)
-        t = 0
-        stack = [(0, 0)]
-        while stack:
-            v, k = stack.pop()
-            if k == 0:
-                self.tin[v] = t
-                t += 1
-            if k < len(ch[v]):
-                stack.append((v, k + 1))
-                stack.append((ch[v][k], 0))
-            else:
-                self.tout[v] = t
-        self.children = ch
-
-    def dominates(self, a: int, b: int) -> bool:
-        """a dominates b (reflexive)."""
-        return self.tin[a + 1] <= self.tin[b + 1] and self.tout[b + 1] <= self.tout[a + 1]
-
-    def subtree(self, a: int) -> list[int]:
-        out: list[int] = []
-        stack = list(self.children[a + 1])
-        while stack:
-            v = stack.pop()
-            out.append(v - 1)
-            stack.extend(self.children[v])
-        return sorted(out)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -448,4 +312,4 @@ def _quotient_cycle(H: Hierarchy, preds: list[list[int]]) -> list[int] | None:
     return None
 
 
-__all__ = ["DomTree", "Hierarchy", "build_hierarchy", "dag_idom", "join_sequences"]
+__all__ = ["Hierarchy", "build_hierarchy"]

@@ -45,10 +45,10 @@ import math
 from collections.abc import Sequence
 
 from ..ir.graph import Graph
-from .base import register
+from .deadline import Deadline
 from .footprint import MemoryModel, MemoryScheduler, rpo_order, traced_order
 from .hierarchy import Hierarchy, build_hierarchy
-from .serenity import Deadline, DPStats, run_units, solve_parts
+from .serenity import DPStats, run_units, solve_parts
 from .units import UnitProblem
 
 INF = math.inf
@@ -164,7 +164,6 @@ def _positions(units: Sequence[int], order: Sequence[int]) -> list[int]:
     return [pos[u] for u in order]
 
 
-@register("hmcos")
 class HMCOS(MemoryScheduler):
     """HMCOS (DAC'22): hierarchy of sequences and groups + iterative DP scheduling (module docstring).
 
@@ -176,6 +175,8 @@ class HMCOS(MemoryScheduler):
     much as defining the value later; with False only the definer's group is disassembled, as in
     the paper's Algorithm 1.  ``forced_moves=False, beam=None`` runs the plain layered DP.
     """
+
+    name = "hmcos"
 
     def __init__(self, time_budget: float | None = None, hierarchy: str = "complete",
                  soft_budget: bool = True, strategy_selection: bool = True, memoize: bool = True,

@@ -26,9 +26,9 @@ from collections.abc import Iterable, Sequence
 
 from ..analysis.narrow_waist import graph_partition, nw_values
 from ..ir.graph import Graph, NodeKind
-from .base import register
+from .deadline import Deadline
 from .footprint import MemoryModel, MemoryScheduler, best_of, bits, rpo_order, traced_order
-from .serenity import INF, Deadline, DPStats, run_units, unit_dp
+from .serenity import INF, DPStats, run_units, unit_dp
 from .units import UnitProblem
 
 MARGIN = 4
@@ -256,11 +256,12 @@ def _closed(g: Graph, prefix: list[int], window: list[int], suffix: list[int]) -
     return True
 
 
-@register("incremental")
 class IncrementalFull(MemoryScheduler):
     """The full scheduling of MAGIS's Algorithm 2 (its FS baseline): GraphPartition of the whole
     graph at nw <= ``threshold`` and Serenity's DP on each part.  ``incremental_schedule`` is the
     incremental entry point."""
+
+    name = "incremental"
 
     def __init__(self, time_budget: float | None = None, threshold: int = 1, split_components: bool = False,
                  max_states: int | None = 1_000_000, free_inputs: bool = False,

@@ -6,7 +6,6 @@ from __future__ import annotations
 import random
 
 from ..ir.graph import Graph
-from .base import register
 from .footprint import MemoryModel, MemoryScheduler
 
 
@@ -28,9 +27,10 @@ def random_topological_order(preds: list[tuple[int, ...]], succs: list[tuple[int
     return out
 
 
-@register("random")
 class RandomTopological(MemoryScheduler):
     """Best of ``samples`` seeded random topological orders (stops early at the time budget)."""
+
+    name = "random"
 
     def __init__(self, time_budget: float | None = None, samples: int = 100, seed: int = 0,
                  free_inputs: bool = False, count_weights: bool = True) -> None:

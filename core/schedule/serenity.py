@@ -30,39 +30,16 @@ from __future__ import annotations
 
 import heapq
 import math
-import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from ..analysis.narrow_waist import graph_partition
 from ..ir.graph import Graph
-from .base import register
+from .deadline import Deadline
 from .footprint import MemoryModel, MemoryScheduler, best_of, bits, rpo_order, traced_order
 from .units import UnitProblem
 
 INF = math.inf
-
-
-class Deadline:
-    """A wall-clock limit (``None``: no limit)."""
-
-    def __init__(self, seconds: float | None) -> None:
-        self.start = time.perf_counter()
-        self.end = INF if seconds is None else self.start + max(0.0, seconds)
-
-    def left(self) -> float:
-        return self.end - time.perf_counter()
-
-    def expired(self) -> bool:
-        return time.perf_counter() >= self.end
-
-    def sub(self, share: float, floor: float = 0.05) -> Deadline:
-        """A deadline for a share of the time left (at least ``floor`` seconds, within this one)."""
-        d = Deadline(None)
-        if self.end < INF:
-            left = max(0.0, self.left())
-            d.end = time.perf_counter() + min(left, max(floor, left * min(1.0, max(0.0, share))))
-        return d
 
 
 @dataclass
@@ -533,7 +510,6 @@ def unit_dp(P: UnitProblem, units: Sequence[int] | None = None, S0: int = 0, liv
 
 
 # ------------------------------------------------------------------------------------------------
-@register("serenity")
 class Serenity(MemoryScheduler):
     """Serenity: DP over sets of scheduled ops with divide and conquer at narrow waists.
 
@@ -545,6 +521,8 @@ class Serenity(MemoryScheduler):
     (our exact accelerations; ``beam=None`` is the plain layered DP) and ``time_budget`` (seconds).
     ``info["exact"]`` is True when the schedule is proven optimal.
     """
+
+    name = "serenity"
 
     def __init__(self, time_budget: float | None = None, budget: float | None = None,
                  soft_budget: bool = True, divide: bool = True, max_states: int | None = 2_000_000,

@@ -2,7 +2,7 @@
 
 A :class:`UnitProblem` orders a set X of ops after an already-run, downward-closed set D.  The ops
 of X are grouped into atomic, internally ordered units -- single ops (Serenity) or HMCOS sequences
-(``hierarchy.join_sequences``) -- and every unit gets precomputed per-step allocations and
+(:func:`join_sequences`) -- and every unit gets precomputed per-step allocations and
 (conditional) frees over unit bitmasks, following the storage model of ``footprint.MemoryModel``.
 
 Two lossless reductions shrink the state space (both are exchange arguments -- moving an op later,
@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
+from ..analysis.order import reverse_post_order
 from .footprint import MemoryModel, bits
 
 Step = tuple[int, int, tuple[tuple[int, int], ...]]  # (alloc, unconditional free, ((mask, bytes), ...))
@@ -140,8 +141,6 @@ class UnitProblem:
 
         # units
         if sequences:
-            from .hierarchy import join_sequences
-
             units = join_sequences(self)
         else:
             units = [[i] for i in core]
@@ -318,22 +317,73 @@ class UnitProblem:
         sel = set(range(self.n_units)) if units is None else set(units)
         preds = {u: [p for p in bits(self.upred[u]) if p in sel] for u in sel}
         has_succ = {p for u in sel for p in preds[u]}
-        sinks = sorted(u for u in sel if u not in has_succ)
-        done: set[int] = set()
-        out: list[int] = []
-        for root in sinks:
-            stack = [(root, 0)]
-            while stack:
-                v, k = stack.pop()
-                if v in done:
+        return reverse_post_order(preds, sorted(u for u in sel if u not in has_succ))
+
+
+def join_sequences(P: UnitProblem) -> list[list[int]]:
+    """Greedy sequence join over the core ops of ``P`` (HMCOS 3.1.1, both conditions): the units
+    of a problem built with ``sequences=True``.
+
+    A sequence is a chain of ops <v_1..v_n> where every v_i (i >= 2) has v_{i-1} as its only
+    predecessor and v_{i-1} has v_i as its only successor, whose *chain-local* footprints satisfy
+
+        Condition 1: mu^s_1 >= mu^s_i for all i  (no step is above the first one), and
+        Condition 2: mu^t_i >= mu^t_j for i < j  (transients never increase).
+
+    Chain-local footprints count the storages the chain allocates, minus those it has freed, minus the
+    storages allocated before it that only the chain reads once their last reader has run (those are
+    freed by the chain in every schedule); a storage someone outside also reads is never freed there.
+    This is HMCOS's release rule (an op frees its inputs) made exact for shared inputs.
+
+    Chains are joined greedily in topological order.  The join is lossless: in any schedule, moving
+    v_2..v_n to right after v_1 never raises a footprint (the ops that ran in between now see a chain
+    contribution mu^t_n <= mu^t_i, and each moved step is at most v_1's), so the optimum over
+    sequence-atomic schedules equals the flat optimum (tested against brute force).
+    """
+    model = P.model
+    rel, never, lazy = P.rel, P.never, P.lazy
+    seqs: list[list[int]] = []
+    seq_of: dict[int, int] = {}
+    # per sequence: (peak of first unit, current chain transient, pending counts of chain storages)
+    state: list[tuple[int, int, dict[int, int]]] = []
+
+    def run_unit(ops: list[int], ct: int, pending: dict[int, int]) -> tuple[int, int, dict[int, int]]:
+        """Chain-local footprint of appending ``ops``: (max sub-step, transient after, pending')."""
+        pend = dict(pending)
+        top = -(1 << 62)
+        for x in ops:
+            ct += model.alloc[x]
+            if ct > top:
+                top = ct
+            for s in model.produces[x] + model.touches[x]:
+                c = pend.get(s)
+                if c is None:  # first seen: allocated here, or read by the chain (producer outside)
+                    prod = model.producer[s]
+                    c = sum(1 for v in rel[s] if v not in lazy and (v != prod or prod == x))
+                c -= 1
+                pend[s] = c
+                if c == 0:
+                    del pend[s]
+                    if s not in never:
+                        ct -= model.size[s]
+        return top, ct, pend
+
+    for i in P.core:
+        ops = P.unit_ops([i])
+        ps = P.epreds[i]
+        if len(ps) == 1:
+            (w,) = ps
+            k = seq_of.get(w)
+            if k is not None and P.esuccs[w] == [i] and seqs[k][-1] == w:
+                first, ct, pend = state[k]
+                top, ct2, pend2 = run_unit(ops, ct, pend)
+                if top <= first and ct2 <= ct:  # Condition 1 and Condition 2
+                    seqs[k].append(i)
+                    seq_of[i] = k
+                    state[k] = (first, ct2, pend2)
                     continue
-                ps = preds[v]
-                while k < len(ps) and ps[k] in done:
-                    k += 1
-                if k < len(ps):
-                    stack.append((v, k + 1))
-                    stack.append((ps[k], 0))
-                else:
-                    done.add(v)
-                    out.append(v)
-        return out
+        top, ct, pend = run_unit(ops, 0, {})
+        seq_of[i] = len(seqs)
+        seqs.append([i])
+        state.append((top, ct, pend))
+    return seqs

@@ -8,6 +8,10 @@
     magis app [FILE] [--sample NAME] [--port N]        the web app (127.0.0.1 by default)
 
 Errors a user can cause print as one line on stderr (exit status 2), never a traceback.
+
+The command line is an entry point of the product, like the web app: it wires core to the samples
+and to user files (``app.specs`` resolves what the user names), so it lives here and not in core.
+``python -m app.cli`` runs it without the installed ``magis`` script.
 """
 
 from __future__ import annotations
@@ -20,40 +24,18 @@ import time
 from pathlib import Path
 from typing import Any
 
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
+from core.fmt import format_bytes
+from core.ir import io
+from core.ir.graph import GraphError
+
+from .specs import capture_spec, load_graph, verify_spec
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")  # samples are built from configs, never downloaded
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
 
-class UserError(Exception):
-    """An error caused by the user's input: printed as one line."""
-
-
-def _fmt_bytes(b: float) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if abs(b) < 1024 or unit == "TiB":
-            return f"{b:.1f} {unit}" if unit != "B" else f"{int(b)} B"
-        b /= 1024
-    return f"{b:.1f} TiB"
-
-
-def load_graph(path: str):
-    """A graph file, or a sample name (its committed graph file)."""
-    from .ir import io
-
-    if not Path(path).exists():
-        import sample_graphs
-
-        if path in sample_graphs.NAMES:
-            from sample_graphs.store import load_sample_graph
-
-            return load_sample_graph(path)
-    return io.load(path)
-
-
 def cmd_import(a: argparse.Namespace) -> dict[str, Any]:
-    from .frontend.torch_import import capture_spec
-    from .ir import io
-
+    """``magis import``: capture a model spec and write its graph file."""
     t0 = time.perf_counter()
     print(f"capturing {a.spec} ({'forward' if a.forward else 'training'}) ...", file=sys.stderr)
     g = capture_spec(a.spec, training=not a.forward, sgd_lr=a.sgd)
@@ -64,12 +46,13 @@ def cmd_import(a: argparse.Namespace) -> dict[str, Any]:
 
 
 def cmd_info(a: argparse.Namespace) -> dict[str, Any]:
-    from .analysis.info import graph_info
+    """``magis info``: the graph summary (``core.summary``), as text or JSON."""
+    from core.summary import graph_info
 
     g = load_graph(a.file)
     cost = None
     if a.measured:
-        from .cost.measured import MeasuredCost
+        from core.cost.measured import MeasuredCost
 
         print("timing ops on this machine (cached for later runs) ...", file=sys.stderr)
         cost = MeasuredCost()
@@ -80,19 +63,20 @@ def cmd_info(a: argparse.Namespace) -> dict[str, Any]:
         print(json.dumps(info, indent=1))
     else:
         print(f"{info['name']}: {info['nodes']} ops ({info['mode']}), device {info['device']}")
-        print(f"  weights          {_fmt_bytes(info['weight_bytes'])}")
-        print(f"  baseline peak    {_fmt_bytes(info['baseline_peak_bytes'])}  (traced order, free after last use)")
+        print(f"  weights          {format_bytes(info['weight_bytes'])}")
+        print(f"  baseline peak    {format_bytes(info['baseline_peak_bytes'])}  (traced order, free after last use)")
         print(f"  est. latency     {info['latency_seconds'] * 1e3:.2f} ms")
         print("  top hot-spots:")
         for h in info["hotspots"]:
-            print(f"    {_fmt_bytes(h['bytes']):>12}  {h['kind']:<10} {h['name']}  {h['shape']}  [{h['module']}]")
+            print(f"    {format_bytes(h['bytes']):>12}  {h['kind']:<10} {h['name']}  {h['shape']}  [{h['module']}]")
         if info["ops_without_dim_links"]:
             print(f"  ops without dim links (block fission): {', '.join(info['ops_without_dim_links'])}")
     return info
 
 
 def cmd_schedule(a: argparse.Namespace) -> dict[str, Any]:
-    from .schedule import get_scheduler
+    """``magis schedule``: one scheduler's peak and run time."""
+    from core.schedule import get_scheduler
 
     g = load_graph(a.file)
     kwargs = {"time_budget": a.time_budget} if a.time_budget is not None else {}
@@ -104,13 +88,14 @@ def cmd_schedule(a: argparse.Namespace) -> dict[str, Any]:
     res = {"graph": g.name, "method": a.method, "peak_bytes": s.peak, "seconds": round(s.seconds, 4),
            **{k: v for k, v in s.info.items() if isinstance(v, (int, float, str, bool))}}
     print(json.dumps(res) if a.json else
-          f"{a.method}: peak {_fmt_bytes(s.peak)} ({s.peak} B), scheduled in {s.seconds:.3f} s")
+          f"{a.method}: peak {format_bytes(s.peak)} ({s.peak} B), scheduled in {s.seconds:.3f} s")
     return res
 
 
 def cmd_export(a: argparse.Namespace) -> dict[str, Any]:
-    from .codegen import export_script
-    from .schedule import get_scheduler
+    """``magis export``: the runnable PyTorch script of a graph under a schedule."""
+    from core.codegen import export_script
+    from core.schedule import get_scheduler
 
     g = load_graph(a.file)
     s = get_scheduler(a.schedule).run(g)
@@ -122,20 +107,21 @@ def cmd_export(a: argparse.Namespace) -> dict[str, Any]:
 
 
 def cmd_verify(a: argparse.Namespace) -> dict[str, Any]:
-    from .codegen.verify import verify_spec
-
+    """``magis verify``: eager PyTorch vs the exported script of a model spec."""
     res = verify_spec(a.spec, schedule=a.schedule, seed=a.seed)
     print(json.dumps(res, indent=1))
     return res
 
 
 def cmd_app(a: argparse.Namespace) -> None:
-    from app.main import serve
+    """``magis app``: serve the web app (imported here: the other commands never load Dash)."""
+    from .main import serve
 
     serve(graph_file=a.file, sample=a.sample, host=a.host, port=a.port, debug=a.debug)
 
 
 def build_parser() -> argparse.ArgumentParser:
+    """The ``magis`` argument parser; each sub-command sets ``fn`` to its ``cmd_*`` function."""
     p = argparse.ArgumentParser(prog="magis", description="MAGIS Studio: memory optimizer for PyTorch graphs")
     sub = p.add_subparsers(dest="cmd", required=True)
 
@@ -187,12 +173,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from .ir.graph import GraphError
-
+    """Run ``magis`` with ``argv`` (default: the process arguments); the exit status."""
     args = build_parser().parse_args(argv)
     try:
         args.fn(args)
-    except (UserError, GraphError, ValueError, FileNotFoundError, PermissionError) as e:
+    except (GraphError, ValueError, FileNotFoundError, PermissionError) as e:
         print(f"magis: error: {e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

@@ -1,17 +1,22 @@
-"""Graph summary used by ``magis info`` and the app: sizes, baseline peak, latency, hot-spots."""
+"""Graph summary used by ``magis info`` and the benchmarks: sizes, baseline peak, latency, hot-spots.
+
+It sits above analysis, scheduling, cost and simulation (it runs all of them), so none of those
+depends on it.
+"""
 
 from __future__ import annotations
 
 from typing import Any
 
-from ..cost.model import AnalyticCost, CostModel
-from ..ir import ops
-from ..ir.graph import Graph, NodeKind
-from ..schedule.baselines import TracedOrder
-from ..simulate import simulate
+from .cost.model import AnalyticCost, CostModel
+from .ir import ops
+from .ir.graph import Graph, NodeKind
+from .schedule.baselines import TracedOrder
+from .simulate import simulate
 
 
 def ops_without_dim_links(g: Graph) -> list[str]:
+    """The ops of ``g`` the registry has no dim links for (they block fission through them)."""
     missing = set()
     for n in g:
         if n.kind == NodeKind.OP and ops.dim_links(ops.ctx(n, g.tensor)) is None:

@@ -1,0 +1,113 @@
+"""What a user names on the command line, resolved to the objects core works on.
+
+* a *model spec* -- a sample name (``sample_graphs.NAMES``) or ``path/to/file.py:factory``, where
+  ``factory()`` returns a workload (``core.frontend.workload``) -- becomes a built workload, a
+  captured graph, or a verified round trip;
+* a *graph spec* -- a graph file, or a sample name (its committed graph file) -- becomes a graph.
+
+This is the one place where names meet the samples and user files: core only ever receives
+built workloads and graphs.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.util
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import sample_graphs
+from core.ir import io
+from core.ir.graph import Graph
+
+if TYPE_CHECKING:  # torch is imported only by the commands that build models
+    from core.frontend.workload import Workload
+
+
+class SpecError(ValueError):
+    """A model spec that names nothing usable: an unknown sample, a missing file or factory."""
+
+
+def load_factory(spec: str) -> Callable[[], Workload]:
+    """``path/to/file.py:factory`` -> the factory function (it returns a workload)."""
+    path, _, fn = spec.rpartition(":")
+    if not path or not fn:
+        raise SpecError(f"bad model spec {spec!r}: expected a sample name or path/to/file.py:factory")
+    p = Path(path)
+    if not p.exists():
+        raise SpecError(f"no such file: {p}")
+    modspec = importlib.util.spec_from_file_location(p.stem, p)
+    if modspec is None or modspec.loader is None:
+        raise SpecError(f"cannot load {p}")
+    mod = importlib.util.module_from_spec(modspec)
+    modspec.loader.exec_module(mod)
+    if not hasattr(mod, fn):
+        raise SpecError(f"{p} has no function {fn!r}")
+    return getattr(mod, fn)
+
+
+def _unknown(spec: str) -> SpecError:
+    return SpecError(f"unknown sample {spec!r}; samples: {', '.join(sample_graphs.NAMES)}")
+
+
+def build_workload(spec: str, seed: int = 0, fake: bool = False) -> Workload:
+    """The workload a model spec names, built after seeding torch with ``seed``; ``fake=True``
+    builds it under ``FakeTensorMode`` (nothing is allocated, values are unknown).  A factory's
+    file is loaded outside that mode; only the factory call runs in it."""
+    if spec in sample_graphs.NAMES:
+        make: Callable[[], Workload] = functools.partial(sample_graphs.build, spec)
+    elif ":" in spec:
+        make = load_factory(spec)
+    else:
+        raise _unknown(spec)
+    import torch
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    torch.manual_seed(seed)
+    if not fake:
+        return make()
+    with FakeTensorMode(allow_non_fake_inputs=True):
+        return make()
+
+
+def capture_spec(spec: str, training: bool = True, sgd_lr: float | None = None) -> Graph:
+    """The graph of a model spec, captured under fake tensors (a sample records its name and
+    description; a factory's workload is named after its ``name`` or the factory)."""
+    if spec in sample_graphs.NAMES:
+        from sample_graphs.capture import capture_sample
+
+        return capture_sample(spec, training, sgd_lr)
+    w = build_workload(spec, fake=True)
+    from core.frontend.workload import capture_workload
+
+    return capture_workload(w, training=training, name=getattr(w, "name", spec.rpartition(":")[2]),
+                            sgd_lr=sgd_lr)
+
+
+def verify_spec(spec: str, schedule: str = "traced", seed: int = 0, *, training: bool = True,
+                allow_full_size: bool = False, details: bool = False, **kwargs: Any) -> dict[str, Any]:
+    """``core.codegen.verify.verify_workload`` on the workload a model spec names (the model
+    really runs, on the CPU, so full-size samples are refused unless ``allow_full_size``)."""
+    from core.codegen.verify import verify_workload
+
+    if not allow_full_size and getattr(build_workload(spec, seed, fake=True), "full_size", False):
+        raise ValueError(f"{spec} is a full-size workload; verify runs the model for real on the "
+                         f"CPU -- use its _tiny variant")
+    w = build_workload(spec, seed)
+    res = verify_workload(w, schedule, seed, name=getattr(w, "name", spec), training=training,
+                          rebuild=lambda: build_workload(spec, seed), details=details, **kwargs)
+    res["sample"] = spec
+    return res
+
+
+def load_graph(spec: str) -> Graph:
+    """A graph file, or a sample name (its committed graph file, captured when there is none)."""
+    if not Path(spec).exists() and spec in sample_graphs.NAMES:
+        from sample_graphs.store import load_sample_graph
+
+        return load_sample_graph(spec)
+    return io.load(spec)
+
+
+__all__ = ["SpecError", "build_workload", "capture_spec", "load_factory", "load_graph", "verify_spec"]
