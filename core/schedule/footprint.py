@@ -84,9 +84,17 @@ class MemoryModel:
             producer.append(-1 if st.placeholder else index[st.producer])
             members.append(tuple(sorted(index[m] for m in st.members)))
             kept.append(st.kept)
-        m = cls(g=g, free_inputs=free_inputs, count_weights=count_weights, ops=ops, index=index,
-                preds=preds, succs=succs, size=size, producer=producer, members=members, kept=kept,
-                resident=resident, produces=[], touches=[])
+        return cls.assemble(g, free_inputs, count_weights, ops, index, preds, succs, size, producer, members,
+                            kept, resident)
+
+    @classmethod
+    def assemble(cls, g: Graph, free_inputs: bool, count_weights: bool, ops: list[int], index: dict[int, int],
+                 preds: list[tuple[int, ...]], succs: list[tuple[int, ...]], size: list[int],
+                 producer: list[int], members: list[tuple[int, ...]], kept: list[bool],
+                 resident: int) -> MemoryModel:
+        """A model from its storages (also of a sub-problem: ``search.delta`` builds one per window);
+        derives what each op allocates, produces and touches."""
+        n = len(ops)
         prod: list[list[int]] = [[] for _ in range(n)]
         tch: list[list[int]] = [[] for _ in range(n)]
         for k in range(len(size)):
@@ -94,10 +102,10 @@ class MemoryModel:
                 prod[producer[k]].append(k)
             for i in members[k]:
                 tch[i].append(k)
-        m.produces = [tuple(x) for x in prod]
-        m.touches = [tuple(x) for x in tch]
-        m.alloc = [sum(size[k] for k in prod[i]) for i in range(n)]
-        return m
+        return cls(g=g, free_inputs=free_inputs, count_weights=count_weights, ops=ops, index=index,
+                   preds=preds, succs=succs, size=size, producer=producer, members=members, kept=kept,
+                   resident=resident, produces=[tuple(x) for x in prod], touches=[tuple(x) for x in tch],
+                   alloc=[sum(size[k] for k in prod[i]) for i in range(n)])
 
     # ---- evaluation ----------------------------------------------------------------------------
     @property

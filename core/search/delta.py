@@ -392,19 +392,8 @@ class DeltaEvaluator:
             producer.append(p)
             members.append(ms)
             kept.append(later)
-        m = MemoryModel(g=g, free_inputs=self.flags[0], count_weights=self.flags[1], ops=ops, index=index,
-                        preds=preds, succs=[tuple(x) for x in succs], size=size, producer=producer,
-                        members=members, kept=kept, resident=base, produces=[], touches=[])
-        prod: list[list[int]] = [[] for _ in ops]
-        tch: list[list[int]] = [[] for _ in ops]
-        for k in range(len(size)):
-            if producer[k] >= 0:
-                prod[producer[k]].append(k)
-            for i in members[k]:
-                tch[i].append(k)
-        m.produces = [tuple(x) for x in prod]
-        m.touches = [tuple(x) for x in tch]
-        m.alloc = [sum(size[k] for k in prod[i]) for i in range(len(ops))]
+        m = MemoryModel.assemble(g, *self.flags, ops, index, preds, [tuple(x) for x in succs], size, producer,
+                                 members, kept, base)
         outside = np.concatenate([bg[:L], bg[R + 1:]])
         floor = int(outside.max()) if len(outside) else -1
         P = UnitProblem(m, range(len(ops)))
@@ -412,20 +401,27 @@ class DeltaEvaluator:
                                             floor=floor)
         return P.emit(units), not (stats.truncated or stats.timed_out)
 
-    def _transition(self, L: int, R: int, window: Sequence[int], affected: set[TRef]
+    def _background(self, affected: set[TRef]) -> np.ndarray:
+        """The working curve without the storages in ``affected``."""
+        n = len(self.order)
+        d = np.zeros(n + 1, dtype=np.int64)
+        for key in affected:
+            iv = self.intervals.get(key)
+            if iv is not None and iv[0] >= 0:
+                d[iv[0]] -= iv[2]
+                d[iv[1] + 1] += iv[2]
+        return self.curve + np.cumsum(d)[:n]
+
+    def _transition(self, L: int, R: int, window: Sequence[int], affected: set[TRef],
+                    bg: np.ndarray | None = None
                     ) -> tuple[np.ndarray, dict[TRef, tuple[int, int, int] | None], Callable[[int], int]]:
         """The curve after replacing positions L..R by ``window`` (the storages in ``affected``
         changed; the index already reflects the new graph), the new intervals of those storages and
         the new position function."""
         n = len(self.order)
-        pos, curve, intervals = self.pos, self.curve, self.intervals
-        d = np.zeros(n + 1, dtype=np.int64)
-        for key in affected:
-            iv = intervals.get(key)
-            if iv is not None and iv[0] >= 0:
-                d[iv[0]] -= iv[2]
-                d[iv[1] + 1] += iv[2]
-        bg = curve + np.cumsum(d)[:n]
+        pos = self.pos
+        if bg is None:
+            bg = self._background(affected)
         w = len(window)
         delta = w - (R - L + 1)
         new_n = n + delta
@@ -478,15 +474,9 @@ class DeltaEvaluator:
         L, R, ops = win
         affected = changed | self.storages.roots_of(ops) | self.storages.roots_of(self.order[L:R + 1])
         # the background curve (affected storages taken out) decides the window's constant part
-        d = np.zeros(n + 1, dtype=np.int64)
-        for key in affected:
-            iv = self.intervals.get(key)
-            if iv is not None and iv[0] >= 0:
-                d[iv[0]] -= iv[2]
-                d[iv[1] + 1] += iv[2]
-        bg = self.curve + np.cumsum(d)[:n]
+        bg = self._background(affected)
         window, exact = self._schedule_window(L, R, ops, affected, bg)
-        curve, _, _ = self._transition(L, R, window, affected)
+        curve, _, _ = self._transition(L, R, window, affected, bg)
         peak = int(curve.max()) if len(curve) else 0
         if self.storages.copy_nodes:
             new_order = self.order[:L] + window + self.order[R + 1:]
