@@ -31,7 +31,7 @@ from core.search.delta import DeltaEvaluator  # noqa: E402
 from core.search.mstate import MState  # noqa: E402
 from core.search.wl_hash import graph_hash  # noqa: E402
 from core.simulate import simulate  # noqa: E402
-from core.transform.remat import RULES  # noqa: E402
+from core.transform.registry import RULES  # noqa: E402
 from core.transform.rule import Application  # noqa: E402
 from sample_graphs.store import load_sample_graph  # noqa: E402
 

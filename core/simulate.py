@@ -33,6 +33,7 @@ class SimResult:
     memory: MemoryProfile
     issue: np.ndarray = field(default_factory=lambda: np.zeros(0))  # compute-stream time a step is issued at
     graph: Graph | None = field(default=None, repr=False)
+    copy_done: dict[int, int] = field(default_factory=dict)  # copy step -> last step issued before it ends
 
     @property
     def peak(self) -> int:
@@ -105,11 +106,11 @@ def simulate(g: Graph, order: Sequence[int], cost: CostModel | None = None,
         """The last step issued before the copy issued at ``step`` finishes."""
         return max(step, int(np.searchsorted(issue, end[step], side="left")) - 1)
 
-    has_copies = any(k == "copy" for k in stream)
+    done = {i: copy_done(i) for i, k in enumerate(stream) if k == "copy"}
     mem = memory_profile(g, order, count_resident=count_resident, validate=validate,
-                         copy_done=copy_done if has_copies else None)
+                         copy_done=done.__getitem__ if done else None)
     latency = float(end.max()) if n else 0.0
-    return SimResult(order, start, end, stream, latency, mem, issue, g)
+    return SimResult(order, start, end, stream, latency, mem, issue, g, done)
 
 
 def op_times(g: Graph, cost: CostModel | None = None) -> dict[int, float]:

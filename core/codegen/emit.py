@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import math
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -95,11 +95,11 @@ def callee(op: str) -> str:
 class ScriptWriter:
     """Writes the body of ``_step``: one line per scheduled node, then its ``del`` line."""
 
-    def __init__(self, g: Graph, order: Sequence[int]) -> None:
+    def __init__(self, g: Graph, order: Sequence[int], copy_done: Mapping[int, int] | None = None) -> None:
         self.g = g
         self.order = list(order)
         self.names = variable_names(g, self.order)
-        self.plan: ReleasePlan = release_plan(g, self.order)
+        self.plan: ReleasePlan = release_plan(g, self.order, copy_done)
         self.bound: set[TRef] = set()  # tensors bound to their own name
         self.pending_loads: set[TRef] = set()
         self.uses_swap = any(g[n].kind in (NodeKind.STORE, NodeKind.LOAD) for n in self.order)
@@ -265,7 +265,7 @@ def generate_source(g: Graph, order: Sequence[int], schedule_name: str = "custom
 
     order = list(order)
     sim = simulate(g, order, cost=cost)
-    writer = ScriptWriter(g, order)
+    writer = ScriptWriter(g, order, sim.copy_done)
     body = writer.body()
     spec = input_spec(g)
     device_name = getattr(getattr(cost, "device", None), "name", None) or "rtx3090"

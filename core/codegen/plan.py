@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import keyword
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from ..analysis.lifetimes import storage_table
@@ -94,13 +94,19 @@ class ReleasePlan:
     used: set[TRef]
 
 
-def release_plan(g: Graph, order: Sequence[int]) -> ReleasePlan:
+def release_plan(g: Graph, order: Sequence[int], copy_done: Mapping[int, int] | None = None) -> ReleasePlan:
     """Delete every op-output name after its last use (see the module docstring): the uses are
     ``lifetimes.storage_table``'s, so the storage of root u dies after ``max`` over its aliases of
-    their last uses -- the free step of ``lifetimes.storage_events``."""
+    their last uses -- the free step of ``lifetimes.storage_events``.
+
+    ``copy_done`` (the simulator's ``SimResult.copy_done``: copy step -> last step issued before the
+    copy completes) holds a STORE's input and a LOAD's output until then, as the simulator does; on a
+    GPU ``record_stream`` would keep the storage anyway, and on the CPU (where copies are synchronous)
+    the measured live bytes then follow the simulated ones step by step."""
     pos = {nid: i for i, nid in enumerate(order)}
     keep = set(g.outputs.values())
     uses = storage_table(g).uses
+    done = copy_done or {}
     used: set[TRef] = set(keep)
     after: list[list[TRef]] = [[] for _ in order]
     for i, nid in enumerate(order):
@@ -108,12 +114,12 @@ def release_plan(g: Graph, order: Sequence[int]) -> ReleasePlan:
             readers = uses.get(r, ())
             if readers:
                 used.add(r)
-            last = i
+            last = done.get(i, i)
             for u in readers:
                 p = pos.get(u)
                 if p is None:
                     raise ValueError(f"{g[u].name!r} reads {g[nid].name!r} but is not scheduled")
-                last = max(last, p)
+                last = max(last, done.get(p, p))
             if r not in keep:
                 after[last].append(r)
     for r in uses:

@@ -24,10 +24,10 @@ from typing import Any
 import torch
 from torch import nn
 
-from ..analysis.lifetimes import memory_profile
 from ..frontend.torch_import import ImportErrorMAGIS, capture
 from ..frontend.workload import Workload, capture_workload, workload_fns
 from ..ir.graph import Graph, NodeKind, TRef
+from ..simulate import simulate
 from .emit import generate_source, is_constant
 from .plan import input_key
 
@@ -245,7 +245,18 @@ def verify_module(module: nn.Module, inputs: Sequence[torch.Tensor],
     tensors = graph_inputs(g, module, inputs)  # pre-run state (buffers change in the eager run)
     torch.manual_seed(seed)
     ref = eager_outputs(g, module, inputs, loss_fn, forward_fn)
+    return verify_graph(g, order, tensors, ref, schedule=schedule, seed=seed, rtol=rtol, atol=atol,
+                        peak_tol=peak_tol, script_dir=script_dir, audit=audit, details=details)
 
+
+def verify_graph(g: Graph, order: Sequence[int], tensors: dict[str, torch.Tensor], ref: dict[str, torch.Tensor],
+                 *, schedule: str = "custom", seed: int = 0, rtol: float = RTOL, atol: float = ATOL,
+                 peak_tol: float = PEAK_TOL, script_dir: str | Path | None = None,
+                 audit: bool | None = None, details: bool = True) -> dict[str, Any]:
+    """The exported script of ``g`` under ``order`` run on ``tensors`` (the graph's inputs by input
+    key) against the eager outputs ``ref``: :func:`verify_module` once the reference exists, so
+    many graphs of one model (transformed, rescheduled) share one eager run."""
+    order = list(order)
     src = generate_source(g, order, schedule_name=schedule)
     with tempfile.TemporaryDirectory(prefix="magis_verify_") as tmp:
         path = Path(script_dir or tmp) / f"{_safe(g.name)}_{_safe(schedule)}.py"
@@ -257,7 +268,7 @@ def verify_module(module: nn.Module, inputs: Sequence[torch.Tensor],
 
     keys = list(g.outputs)
     per = compare(got, ref, keys, rtol, atol)
-    prof = memory_profile(g, order)
+    prof = simulate(g, order, validate=False).memory  # the script was generated from this simulation
     measured, simulated = int(mem["measured_peak_bytes"]), int(prof.peak)
     ratio = measured / simulated if simulated else float("nan")
     first_diff = None

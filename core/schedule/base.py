@@ -7,7 +7,10 @@ import time
 from dataclasses import dataclass, field
 
 from ..analysis.lifetimes import check_schedule, memory_profile
+from ..cost.model import CostModel
 from ..ir.graph import Graph, NodeKind
+from ..simulate import simulate
+from .placement import has_copies, place_copies
 
 
 @dataclass
@@ -29,17 +32,27 @@ class Scheduler:
     def order(self, g: Graph) -> list[int]:
         raise NotImplementedError
 
-    def run(self, g: Graph) -> Schedule:
+    def run(self, g: Graph, cost: CostModel | None = None) -> Schedule:
+        """The strategy's order; on a graph with swaps, its copies are then placed on the copy
+        stream (``placement.place_copies``, timed with ``cost``, default the analytic model)."""
         t0 = time.perf_counter()
         order = self.order(g)
+        if has_copies(g):
+            order = place_copies(g, order, cost)
         dt = time.perf_counter() - t0
-        return finish(g, order, self.name, dt)
+        return finish(g, order, self.name, dt, cost=cost)
 
 
-def finish(g: Graph, order: list[int], name: str, seconds: float, **info) -> Schedule:
-    """The Schedule of a checked ``order`` with its peak under the default memory model."""
+def finish(g: Graph, order: list[int], name: str, seconds: float, cost: CostModel | None = None,
+           **info) -> Schedule:
+    """The Schedule of a checked ``order`` with its peak: the default memory model's, or on a graph
+    with swaps the simulator's (copies free their input when they complete)."""
     check_schedule(g, order)
-    return Schedule(list(order), name, memory_profile(g, order, validate=False).peak, seconds, dict(info))
+    if has_copies(g):
+        peak = simulate(g, order, cost, validate=False).peak
+    else:
+        peak = memory_profile(g, order, validate=False).peak
+    return Schedule(list(order), name, peak, seconds, dict(info))
 
 
 def op_ids(g: Graph) -> list[int]:

@@ -244,16 +244,28 @@ class MemoryScheduler(_Scheduler):
         return memory_profile(g, order, validate=False, free_inputs=self.free_inputs,
                               count_weights=self.count_weights).peak
 
-    def run(self, g: Graph):
+    def run(self, g: Graph, cost=None):
+        """The strategy's order and its peak under this scheduler's memory model; on a graph with
+        swaps the copies are then placed (``placement.place_copies``, timed with ``cost``) and, with
+        the default model, the peak is the simulator's."""
         import time
 
         from ..analysis.lifetimes import check_schedule
+        from ..simulate import simulate
         from .base import Schedule
+        from .placement import has_copies, place_copies
 
         self.info = {}
         t0 = time.perf_counter()
         self._start = t0
         order = self.order(g)
+        copies = has_copies(g)
+        if copies:
+            order = place_copies(g, order, cost)
         dt = time.perf_counter() - t0
         check_schedule(g, order)
-        return Schedule(list(order), self.name, self.peak(g, order), dt, dict(self.info))
+        if copies and not self.free_inputs and self.count_weights:
+            peak = simulate(g, order, cost, validate=False).peak
+        else:
+            peak = self.peak(g, order)
+        return Schedule(list(order), self.name, peak, dt, dict(self.info))

@@ -43,7 +43,7 @@ from ..schedule.footprint import MemoryModel
 from ..schedule.incremental import SEARCH, get_reschedule_interval, schedule_parts
 from ..schedule.units import UnitProblem
 from ..simulate import COPY_KINDS, simulate
-from ..transform.remat import RULES
+from ..transform.registry import REMAT_RULES
 from ..transform.rule import Application, Rule
 from .mstate import MState
 from .wl_hash import WLHash
@@ -215,7 +215,7 @@ class DeltaEvaluator:
                  max_states: int = 20_000) -> None:
         self.g = g
         self.cost = cost or AnalyticCost()
-        self.rules = dict(rules or RULES)
+        self.rules = dict(rules or REMAT_RULES)
         self.flags = (free_inputs, count_weights)
         self.max_states = max_states
         self.order = list(order)

@@ -39,7 +39,8 @@ class Remat(Rule):
             users = g.users(a)
             if len(users) < 2:  # a single user gains nothing from its own copy
                 continue
-            apps.extend(Application(self.name, (a, b)) for b in users)
+            apps.extend(Application(self.name, (a, b)) for b in users  # a copy gains nothing from it
+                        if g.nodes[b].kind in (NodeKind.OP, NodeKind.FISSION))
         return apps
 
     def edit(self, g: Graph, app: Application) -> None:
@@ -77,5 +78,3 @@ class DeRemat(Rule):
             g.replace_all_uses_with(TRef(c, j), TRef(node.recompute_of, j))
         g.erase_node(c)
 
-
-RULES = {r.name: r for r in (Remat(), DeRemat())}

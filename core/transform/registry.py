@@ -1,0 +1,23 @@
+"""Every rule by name (``RULES``): the F-Tree, rematerialization and swapping families.  The list is
+explicit, like the scheduler registry; ``get_rule`` builds nothing, rules are stateless objects."""
+
+from __future__ import annotations
+
+from .remat import DeRemat, Remat
+from .rule import Rule
+from .swap import DeSwap, Swap
+
+RULES: dict[str, Rule] = {r.name: r for r in (Remat(), DeRemat(), Swap(), DeSwap())}
+
+# the rules whose children keep the schedule free of copies, evaluated exactly as deltas
+REMAT_RULES: dict[str, Rule] = {k: RULES[k] for k in ("remat", "deremat")}
+
+
+def get_rule(name: str) -> Rule:
+    """The rule called ``name`` (ValueError for an unknown name)."""
+    if name not in RULES:
+        raise ValueError(f"unknown rule {name!r}; known: {', '.join(sorted(RULES))}")
+    return RULES[name]
+
+
+__all__ = ["RULES", "REMAT_RULES", "get_rule"]

@@ -1,0 +1,105 @@
+"""Swapping (MAGIS section 5.2): a tensor A is copied to host memory after it is produced (STORE) and
+copied back before one of its users B (LOAD), so between the two copies its device memory is free.
+
+``Swap(A, B)`` gives B a loaded copy of A; one STORE per tensor is shared by all of its LOADs (a
+second Swap of A for another user adds only a LOAD).  ``DeSwap(L)`` takes a LOAD back: its readers
+read A again, the LOAD is erased, and so is the STORE once no LOAD reads it.  Where the copies go in
+the schedule (STORE as early as possible, LOAD as late as the transfer stays hidden) is the
+scheduler's part: ``core.schedule.placement``.  Swap applies only to hot-spot tensors (H2).
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Iterable
+
+from ..ir.graph import Graph, NodeKind, TRef
+from .rule import Application, Rule
+
+
+def swappable(g: Graph, ref: TRef) -> bool:
+    """A device tensor an op owns (not a view, not a graph input or weight, not a copy's output),
+    laid out as a plain dense tensor (a copy keeps its values and strides), with bytes to free."""
+    node = g.nodes.get(ref.node)
+    if node is None or node.kind != NodeKind.OP or ref.index >= len(node.outputs):
+        return False
+    t = node.outputs[ref.index]
+    return (t.alias is None and t.device == "device" and t.nbytes > 0
+            and (t.storage_bytes is None or t.storage_bytes == t.numel * t.itemsize))
+
+
+def _user_ok(g: Graph, b: int) -> bool:
+    """A user that may read a loaded copy: a compute op that does not re-interpret the storage."""
+    n = g.nodes[b]
+    return n.kind == NodeKind.OP and not n.op.startswith("aten.as_strided")
+
+
+def store_of(g: Graph, ref: TRef) -> int | None:
+    """The STORE node that copies ``ref`` to the host, if there is one."""
+    for u in g.users(ref.node):
+        n = g.nodes[u]
+        if n.kind == NodeKind.STORE and n.inputs() == (ref,):
+            return u
+    return None
+
+
+class Swap(Rule):
+    """Swap(A, j, B): B reads a copy of A's output j that was stored to the host and loaded back."""
+
+    name = "swap"
+
+    def match(self, g: Graph, hot: Iterable[TRef]) -> list[Application]:
+        apps: list[Application] = []
+        for ref in sorted(set(hot)):
+            if not swappable(g, ref):
+                continue
+            apps.extend(Application(self.name, (ref.node, ref.index, b))
+                        for b in g.readers(ref) if _user_ok(g, b))
+        return apps
+
+    def edit(self, g: Graph, app: Application) -> None:
+        a, j, b = app.params
+        ref = TRef(a, j)
+        if not swappable(g, ref):
+            raise ValueError(f"output {j} of {g.nodes[a].name!r} cannot be swapped (a view, an input, "
+                             f"a copy's output, or an empty tensor)")
+        if b not in g.readers(ref) or not _user_ok(g, b):
+            raise ValueError(f"{g.nodes[b].name!r} is not a compute op reading {g.nodes[a].name!r}")
+        src = g.nodes[a]
+        meta = src.outputs[j]
+        st = store_of(g, ref)
+        if st is None:
+            host = copy.copy(meta)
+            host.device, host.storage_bytes = "host", None
+            st = g.add_node(name=f"{src.name}_store", op="store", kind=NodeKind.STORE, args=[ref],
+                            outputs=[host], module=src.module).id
+        dev = copy.copy(meta)
+        dev.storage_bytes = None
+        load = g.add_node(name=f"{src.name}_load_{g.new_id()}", op="load", kind=NodeKind.LOAD,
+                          args=[TRef(st, 0)], outputs=[dev], module=g.nodes[b].module)
+        g.replace_input(b, ref, TRef(load.id, 0))
+
+
+class DeSwap(Rule):
+    """DeSwap(L): the readers of LOAD L read the stored tensor again; L is erased, and its STORE too
+    when no other LOAD reads it."""
+
+    name = "deswap"
+
+    def match(self, g: Graph, hot: Iterable[TRef] = ()) -> list[Application]:
+        return [Application(self.name, (n.id,)) for n in g.nodes.values() if n.kind == NodeKind.LOAD
+                and g.nodes[n.inputs()[0].node].kind == NodeKind.STORE]
+
+    def edit(self, g: Graph, app: Application) -> None:
+        (lid,) = app.params
+        load = g.nodes[lid]
+        if load.kind != NodeKind.LOAD:
+            raise ValueError(f"{load.name!r} is not a LOAD")
+        st = g.nodes[load.inputs()[0].node]
+        if st.kind != NodeKind.STORE:
+            raise ValueError(f"{load.name!r} does not load a stored tensor")
+        src = st.inputs()[0]
+        g.replace_all_uses_with(TRef(lid, 0), src)
+        g.erase_node(lid)
+        if not g.users(st.id):
+            g.erase_node(st.id)
