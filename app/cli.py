@@ -4,7 +4,8 @@
     magis info FILE [--device NAME] [--json]           nodes, weights, baseline peak, latency, hot-spots
     magis schedule FILE --method NAME [--json]         peak bytes of a scheduler's order and its run time
     magis export FILE [--schedule NAME] -o script.py   runnable PyTorch script of a graph + schedule
-    magis verify SPEC [--schedule NAME]                eager PyTorch vs exported script: errors and peaks
+    magis transform FILE --remat T:U --swap T:U -o OUT apply rules by hand, write the new graph
+    magis verify SPEC [--schedule NAME] [--graph FILE] eager PyTorch vs exported script: errors and peaks
     magis app [FILE] [--sample NAME] [--port N]        the web app (127.0.0.1 by default)
 
 Errors a user can cause print as one line on stderr (exit status 2), never a traceback.
@@ -106,9 +107,63 @@ def cmd_export(a: argparse.Namespace) -> dict[str, Any]:
     return res
 
 
+TRANSFORM_OPTIONS = {  # option -> rule, and what its value names
+    "--remat": ("remat", "TENSOR:USER"),
+    "--swap": ("swap", "TENSOR:USER"),
+    "--deremat": ("deremat", "COPY"),
+    "--deswap": ("deswap", "LOAD"),
+}
+
+
+class _Step(argparse.Action):
+    """Collects rule options in command-line order (``--remat a:b --swap c:d`` applies remat first)."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        steps = list(getattr(namespace, "steps", None) or [])
+        steps.append((TRANSFORM_OPTIONS[option_string][0], values))
+        namespace.steps = steps
+
+
+def cmd_transform(a: argparse.Namespace) -> dict[str, Any]:
+    """``magis transform``: apply rules by hand (node names from ``magis info`` / the app) and write
+    the transformed graph; peak and latency before and after, traced order with placed copies."""
+    from core.schedule import get_scheduler
+    from core.simulate import simulate
+    from core.transform.manual import apply_by_names
+
+    if not a.steps:
+        raise ValueError("nothing to apply: give --remat, --swap, --deremat or --deswap")
+    g = load_graph(a.file)
+    before = simulate(g, get_scheduler("traced").run(g).order)
+    done = []
+    for rule, value in a.steps:
+        app, desc = apply_by_names(g, rule, value)
+        done.append({"rule": rule, "spec": value, "application": str(app), "change": desc})
+        if not a.json:
+            print(f"{rule} {value}: {desc}", file=sys.stderr)
+    g.lint()
+    g.meta["transforms"] = list(g.meta.get("transforms", [])) + [f"{d['rule']} {d['spec']}" for d in done]
+    after = simulate(g, get_scheduler("traced").run(g).order)
+    io.save(g, a.output)
+    res = {"output": str(a.output), "applied": done, "nodes": len(g),
+           "peak_bytes": [before.peak, after.peak], "latency_seconds": [before.latency, after.latency],
+           "host_peak_bytes": after.memory.host_peak, "compute_wait_seconds": after.compute_wait}
+    if a.json:
+        print(json.dumps(res, indent=1))
+    else:
+        print(f"wrote {a.output}: {len(done)} rule applications, {len(g)} nodes")
+        print(f"  peak     {format_bytes(before.peak)} -> {format_bytes(after.peak)}  (traced order)")
+        print(f"  latency  {before.latency * 1e3:.3f} ms -> {after.latency * 1e3:.3f} ms"
+              f"  (compute waits {after.compute_wait * 1e3:.3f} ms for loads)")
+        if after.memory.host_peak:
+            print(f"  host     {format_bytes(after.memory.host_peak)} swapped out at most")
+    return res
+
+
 def cmd_verify(a: argparse.Namespace) -> dict[str, Any]:
     """``magis verify``: eager PyTorch vs the exported script of a model spec."""
-    res = verify_spec(a.spec, schedule=a.schedule, seed=a.seed)
+    graph = load_graph(a.graph) if a.graph else None
+    res = verify_spec(a.spec, schedule=a.schedule, seed=a.seed, graph=graph)
     print(json.dumps(res, indent=1))
     return res
 
@@ -156,10 +211,26 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--json", action="store_true")
     s.set_defaults(fn=cmd_export)
 
+    s = sub.add_parser("transform", help="apply rules by hand (rematerialization, swapping) to a graph file",
+                       description="Apply rule applications in command-line order and write the new graph. "
+                                   "TENSOR is a node name (NAME#J for output J of a multi-output op), USER a "
+                                   "node reading it; node names as `magis info` and the app show them.")
+    s.add_argument("file", help="graph file or sample name")
+    for opt, (rule, what) in TRANSFORM_OPTIONS.items():
+        helps = {"remat": "USER reads a recomputed copy of TENSOR", "swap": "TENSOR is stored to the host "
+                 "after it is produced and loaded back for USER", "deremat": "merge a recomputed copy into its "
+                 "original", "deswap": "take back a LOAD (and its STORE once unused)"}
+        s.add_argument(opt, action=_Step, dest="steps", metavar=what, default=[], help=helps[rule] + " (repeatable)")
+    s.add_argument("-o", "--output", required=True, type=Path, help="the transformed graph file")
+    s.add_argument("--json", action="store_true", help="print the result as JSON")
+    s.set_defaults(fn=cmd_transform)
+
     s = sub.add_parser("verify", help="compare eager PyTorch with the exported script")
     s.add_argument("spec")
     s.add_argument("--schedule", default="traced")
     s.add_argument("--seed", type=int, default=0)
+    s.add_argument("--graph", default=None, help="verify this graph file of the model (e.g. from `magis "
+                   "transform`) instead of a fresh capture")
     s.set_defaults(fn=cmd_verify)
 
     s = sub.add_parser("app", help="launch the web app")

@@ -86,9 +86,13 @@ def capture_spec(spec: str, training: bool = True, sgd_lr: float | None = None) 
 
 
 def verify_spec(spec: str, schedule: str = "traced", seed: int = 0, *, training: bool = True,
-                allow_full_size: bool = False, details: bool = False, **kwargs: Any) -> dict[str, Any]:
+                allow_full_size: bool = False, details: bool = False, graph: Graph | None = None,
+                **kwargs: Any) -> dict[str, Any]:
     """``core.codegen.verify.verify_workload`` on the workload a model spec names (the model
-    really runs, on the CPU, so full-size samples are refused unless ``allow_full_size``)."""
+    really runs, on the CPU, so full-size samples are refused unless ``allow_full_size``);
+    ``graph``: verify this graph of the model (a transformed one) instead of a fresh capture."""
+    if graph is not None:
+        training = graph.meta.get("mode", "train") == "train"
     from core.codegen.verify import verify_workload
 
     if not allow_full_size and getattr(build_workload(spec, seed, fake=True), "full_size", False):
@@ -96,7 +100,7 @@ def verify_spec(spec: str, schedule: str = "traced", seed: int = 0, *, training:
                          f"CPU -- use its _tiny variant")
     w = build_workload(spec, seed)
     res = verify_workload(w, schedule, seed, name=getattr(w, "name", spec), training=training,
-                          rebuild=lambda: build_workload(spec, seed), details=details, **kwargs)
+                          rebuild=lambda: build_workload(spec, seed), details=details, graph=graph, **kwargs)
     res["sample"] = spec
     return res
 

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import copy
 import random
 
 import rustworkx as rx
@@ -107,3 +108,30 @@ def test_reverse_post_order_is_topological(seed, n):
     pos = {v: k for k, v in enumerate(order)}
     assert sorted(order) == list(range(n))
     assert all(pos[p] < pos[v] for v in range(n) for p in preds[v])
+
+
+def test_pull_order_runs_an_appended_node_right_before_its_first_reader():
+    b = GraphBuilder()
+    x = b.input("x", 4)
+    a = b.op("a", [x], 8)
+    c = b.op("c", [a], 8)
+    d = b.op("d", [c], 8)
+    e = b.op("e", [d, a], 8, output=True)
+    g = b.graph
+    assert g.topo_order() == b.ids("x", "a", "c", "d", "e")  # insertion order, untouched
+    dup = g.add_node(name="a2", op="synthetic", args=[x], outputs=[copy.copy(g.tensor(a))])
+    g.replace_input(e.node, a, dup.refs()[0])
+    assert g.topo_order() == b.ids("x", "a", "c", "d", "a2", "e")
+
+
+@settings(max_examples=50, deadline=None)
+@given(seed=st.integers(0, 10_000), n=st.integers(1, 40))
+def test_pull_order_is_topological_on_random_graphs(seed, n):
+    from core.ir.topo import pull_order
+    from tests.randgraphs import random_graph
+
+    g = random_graph(seed, n)
+    order = pull_order(g)
+    pos = {v: i for i, v in enumerate(order)}
+    assert sorted(order) == sorted(g.nodes)
+    assert all(pos[p] < pos[v] for v in g.nodes for p in g.preds(v))

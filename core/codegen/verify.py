@@ -363,14 +363,39 @@ def capture_real(w: Workload, *, name: str | None = None, training: bool = True,
         return g
 
 
+def check_graph_matches(g: Graph, module: nn.Module, inputs: Sequence[torch.Tensor]) -> None:
+    """ValueError unless every input of ``g`` is a parameter, buffer or example input of the model
+    with the graph's shape and dtype (a graph file given for a model must be that model's)."""
+    params = dict(module.named_parameters(remove_duplicate=False))
+    buffers = dict(module.named_buffers(remove_duplicate=False))
+    for n in g.placeholders():
+        kind, _, rest = n.target.partition(":")
+        if kind == "const":
+            continue
+        src = {"param": params, "buffer": buffers}.get(kind)
+        t = (src.get(rest) if src is not None else
+             inputs[int(rest)] if kind == "input" and rest.isdigit() and int(rest) < len(inputs) else None)
+        if t is None:
+            raise ValueError(f"graph {g.name!r} does not belong to this model: it reads {n.target!r}, "
+                             f"which the model does not have")
+        want = n.out
+        if tuple(t.shape) != want.shape or str(t.dtype).removeprefix("torch.") != want.dtype:
+            raise ValueError(f"graph {g.name!r} does not belong to this model: {n.target!r} is "
+                             f"{tuple(t.shape)} {t.dtype} in the model, {want.shape} {want.dtype} in the graph")
+
+
 def verify_workload(w: Workload, schedule: str = "traced", seed: int = 0, *, name: str | None = None,
                     training: bool = True, rebuild: Callable[[], Workload] | None = None,
                     rtol: float = RTOL, atol: float = ATOL, details: bool = False,
-                    **kwargs: Any) -> dict[str, Any]:
+                    graph: Graph | None = None, **kwargs: Any) -> dict[str, Any]:
     """:func:`verify_module` on an already-built workload (the model really runs, on the CPU):
-    captured by :func:`capture_real` (``rebuild``: its fallback), and the result records the
-    workload's dtype."""
-    g = capture_real(w, name=name, training=training, rebuild=rebuild)
+    captured by :func:`capture_real` (``rebuild``: its fallback) unless ``graph`` gives its graph
+    (a graph file of this model, e.g. a transformed one), and the result records the workload's
+    dtype."""
+    if graph is not None:
+        check_graph_matches(graph, w.module, tuple(w.inputs))
+        graph.lint()
+    g = graph if graph is not None else capture_real(w, name=name, training=training, rebuild=rebuild)
     loss_fn, forward_fn = workload_fns(w)
     res = verify_module(w.module, tuple(w.inputs), loss_fn, forward_fn=forward_fn, training=training,
                         name=g.name, schedule=schedule, graph=g, seed=seed, rtol=rtol, atol=atol,

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .lint import lint_graph
-from .topo import kahn_order
+from .topo import kahn_order, pull_order
 from .types import (
     COMBINES,
     DTYPE_BYTES,
@@ -473,13 +473,14 @@ class Graph:
         return set(self.outputs.values())
 
     def topo_order(self) -> list[int]:
-        """The insertion (traced) order if it is topological, else a stable Kahn order."""
+        """The insertion (traced) order if it is topological, else ``topo.pull_order``: nodes a
+        transformation appended run right before their first reader."""
         order = list(self.nodes)
         pos = {nid: i for i, nid in enumerate(order)}
         nodes = self.nodes
         if all(pos[p] < i for i, nid in enumerate(order) for p in nodes[nid]._preds):
             return order
-        return kahn_order(self)
+        return pull_order(self)
 
     def by_name(self, name: str) -> Node:
         for n in self.nodes.values():

@@ -4,7 +4,8 @@ The graph keeps use lists and per-node input caches up to date on every primitiv
 recomputes them and compares, so an in-place mutation of ``node.args`` (which bypasses the
 primitives) is found.  It also checks the contracts of the node kinds that transformations create:
 
-* a recomputed copy (``recompute_of``) has the op, arguments and output tensors of its original;
+* a recomputed copy (``recompute_of``) has the op, arguments and output tensors of its original
+  (arguments compared by value: through recomputed copies and swaps);
 * STORE reads one device tensor and writes one host tensor of the same shape and dtype; LOAD reads
   one host tensor and writes one device tensor of the same shape and dtype;
 * FISSION (MAGIS section 4.2): the sub-graph's placeholders match the node's tensor inputs one for
@@ -87,19 +88,24 @@ def lint_graph(g: Any, limit: int | None = None) -> list[str]:
     return out
 
 
-def _original(g: Any, nid: int) -> int:
-    """The op a chain of recomputed copies starts from."""
+def _value(g: Any, r: TRef) -> TRef:
+    """The tensor whose value ``r`` holds: a recomputed copy's output holds its original's, a
+    swapped tensor loaded back (LOAD of a STORE) holds the stored one's."""
     seen = 0
-    while (node := g.nodes.get(nid)) is not None and node.recompute_of is not None and seen < len(g.nodes):
-        nid = node.recompute_of
+    while (node := g.nodes.get(r.node)) is not None and seen < len(g.nodes):
         seen += 1
-    return nid
+        if node.recompute_of is not None:
+            r = TRef(node.recompute_of, r.index)
+        elif node.kind in (NodeKind.STORE, NodeKind.LOAD) and len(ins := node.inputs()) == 1:
+            r = ins[0]
+        else:
+            break
+    return r
 
 
 def _values(g: Any, args: Any) -> Any:
-    """Arguments with each tensor replaced by the value it holds: a recomputed copy's output and
-    its original's are the same value."""
-    return map_refs(args, lambda r: TRef(_original(g, r.node), r.index))
+    """Arguments with each tensor replaced by the value it holds (:func:`_value`)."""
+    return map_refs(args, lambda r: _value(g, r))
 
 
 def _same_meta(a: TensorMeta, b: TensorMeta) -> bool:

@@ -21,7 +21,7 @@ import numpy as np
 
 from ..cost.model import AnalyticCost, CostModel
 from ..ir.graph import Graph, NodeKind
-from ..simulate import COPY_KINDS, simulate
+from ..simulate import COPY_KINDS, SimResult, simulate
 
 ROUNDS = 4  # simulator checks of the LOAD placement
 
@@ -33,11 +33,17 @@ def has_copies(g: Graph) -> bool:
 def place_copies(g: Graph, order: Sequence[int], cost: CostModel | None = None,
                  rounds: int = ROUNDS) -> list[int]:
     """``order`` with its STORE/LOAD nodes re-issued as the module docstring says."""
+    return place_and_simulate(g, order, cost, rounds)[0]
+
+
+def place_and_simulate(g: Graph, order: Sequence[int], cost: CostModel | None = None,
+                       rounds: int = ROUNDS) -> tuple[list[int], SimResult]:
+    """:func:`place_copies` and the simulation of its result (the placement's last check)."""
     order = list(order)
+    cost = cost or AnalyticCost()
     copies = [v for v in order if g[v].kind in COPY_KINDS]
     if not copies:
-        return order
-    cost = cost or AnalyticCost()
+        return order, simulate(g, order, cost, validate=False)
     compute = [v for v in order if g[v].kind not in COPY_KINDS]
     cpos = {v: i for i, v in enumerate(compute)}
     start = np.concatenate([[0.0], np.cumsum([cost.node_time(g, g[v]) for v in compute])])
@@ -79,8 +85,8 @@ def place_copies(g: Graph, order: Sequence[int], cost: CostModel | None = None,
 
     place_loads()
     new = merged()
+    sim = simulate(g, new, cost, validate=False)
     for _ in range(rounds):
-        sim = simulate(g, new, cost, validate=False)
         step = {v: i for i, v in enumerate(new)}
         reached = np.zeros(len(new))  # when the compute stream was free to start each step
         t = 0.0
@@ -100,7 +106,8 @@ def place_copies(g: Graph, order: Sequence[int], cost: CostModel | None = None,
             break
         place_loads()
         new = merged()
-    return new
+        sim = simulate(g, new, cost, validate=False)
+    return new, sim
 
 
-__all__ = ["has_copies", "place_copies"]
+__all__ = ["has_copies", "place_and_simulate", "place_copies"]

@@ -1,0 +1,157 @@
+"""Greedy passes over the memory hot-spots: one rule family at a time, the best application per
+step, until no application lowers the peak (or a step / time limit is reached).  They are the
+simplest use of the rules and the baselines the M-Optimizer's search must beat.
+
+* :func:`greedy_remat` -- Remat on the hot-spot tensors, each child evaluated as a delta by
+  ``search.delta.DeltaEvaluator`` (the changed window rescheduled, MAGIS Algorithm 2).
+* :func:`greedy_swap` -- Swap on the hot-spot tensors, the copies placed on the copy stream
+  (``schedule.placement``) and timed by the simulator.  Every candidate is first estimated on the
+  memory curve (the stored tensor is gone from just after its last other reader to just before its
+  loaded copy is needed), and the few best estimates are simulated in full.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..cost.model import AnalyticCost, CostModel
+from ..ir.graph import Graph, TRef
+from ..schedule.placement import place_and_simulate
+from ..simulate import SimResult, simulate
+from ..transform.registry import REMAT_RULES
+from ..transform.rule import Application
+from ..transform.swap import Swap, swappable
+from .delta import DeltaEvaluator
+
+
+@dataclass
+class GreedyResult:
+    graph: Graph
+    order: list[int]
+    peak: int
+    latency: float
+    applications: list[Application] = field(default_factory=list)
+    evaluated: int = 0  # children evaluated (estimated, for swaps)
+    simulated: int = 0  # full simulations
+    seconds: float = 0.0
+    stopped: str = "no application lowers the peak"
+
+
+def _better(peak: int, latency: float, best: tuple[int, float]) -> bool:
+    return (peak, latency) < best
+
+
+def greedy_remat(g: Graph, order: list[int], cost: CostModel | None = None, max_steps: int = 50,
+                 time_budget: float = 60.0, progress: Callable[[str], None] | None = None) -> GreedyResult:
+    """Rematerialize the hot-spot application that lowers the peak most, step by step."""
+    t0 = time.perf_counter()
+    ev = DeltaEvaluator(g.copy(), order, cost, rules=REMAT_RULES)
+    evaluated = 0
+    stopped = f"{max_steps} steps"
+    for step in range(max_steps):
+        if time.perf_counter() - t0 > time_budget:
+            stopped = f"time budget {time_budget:g} s"
+            break
+        best, best_key = None, (ev.state.peak, ev.state.latency)
+        for app in ev.applications():
+            c = ev.evaluate(app)
+            evaluated += 1
+            if c.peak < ev.state.peak and _better(c.peak, c.latency, best_key):
+                best, best_key = c, (c.peak, c.latency)
+        if best is None:
+            stopped = "no application lowers the peak"
+            break
+        ev.commit(ev.child_state(best))
+        if progress:
+            progress(f"remat step {step + 1}: {best.app} peak {best.peak} latency {best.latency:.6f}")
+    h, o = ev.materialize()
+    sim = simulate(h, o, ev.cost, validate=False)
+    return GreedyResult(h, o, sim.peak, sim.latency, ev.state.applications(), evaluated, 1,
+                        time.perf_counter() - t0, stopped)
+
+
+def _swap_estimates(g: Graph, sim: SimResult, cost: CostModel, hot: list[TRef]) -> list[tuple[int, Application]]:
+    """(estimated peak, application) for every Swap of a hot-spot tensor for its last reader."""
+    order = sim.order
+    pos = {v: i for i, v in enumerate(order)}
+    curve = sim.memory.step_bytes
+    n = len(order)
+    start = sim.start
+    frees = {s.root: s for s in sim.memory.storages if s.device == "device" and not s.scratch}
+    outputs = g.output_refs()
+    rule = Swap()
+    out: list[tuple[int, Application]] = []
+    for ref in hot:
+        s = frees.get(ref)
+        if s is None or s.alloc < 0 or not swappable(g, ref) or ref in outputs:
+            continue
+        readers = sorted(g.readers(ref), key=pos.__getitem__)
+        if not readers:
+            continue
+        b = readers[-1]
+        app = Application(rule.name, (ref.node, ref.index, b))
+        if app not in rule.match(g, [ref]):  # the last reader is a copy, or re-interprets the storage
+            continue
+        pb = pos[b]
+        prev = pos[readers[-2]] if len(readers) > 1 else pos[ref.node]
+        t_store = cost.transfer_time(s.nbytes)
+        stored = int(np.searchsorted(start, start[pos[ref.node]] + t_store, side="left"))
+        gone = max(prev, stored) + 1  # first step without the tensor
+        back = int(np.searchsorted(start, start[pb] - cost.transfer_time(s.nbytes), side="right")) - 1
+        if back <= gone:
+            continue
+        new = curve.copy()
+        new[gone:back] -= s.nbytes
+        out.append((int(new.max()) if n else 0, app))
+    out.sort(key=lambda x: x[0])
+    return out
+
+
+def greedy_swap(g: Graph, order: list[int], cost: CostModel | None = None, max_steps: int = 50,
+                time_budget: float = 60.0, confirm: int = 4,
+                progress: Callable[[str], None] | None = None) -> GreedyResult:
+    """Swap the hot-spot tensor whose swap lowers the simulated peak most, step by step (ties: the
+    lower latency); ``confirm`` best estimates are simulated in full per step."""
+    t0 = time.perf_counter()
+    cost = cost or AnalyticCost()
+    h = g.copy()
+    order, sim = place_and_simulate(h, list(order), cost)
+    apps: list[Application] = []
+    evaluated = simulated = 0
+    stopped = f"{max_steps} steps"
+    rule = Swap()
+    for step in range(max_steps):
+        if time.perf_counter() - t0 > time_budget:
+            stopped = f"time budget {time_budget:g} s"
+            break
+        hot = [s.root for s in sim.hotspots() if s.alloc >= 0 and not s.scratch]
+        est = _swap_estimates(h, sim, cost, hot)
+        evaluated += len(est)
+        best = None
+        for e_peak, app in est[:confirm]:
+            if e_peak >= sim.peak:
+                break
+            log = rule.apply(h, app)
+            # the new copies are appended to the order before placement puts them in place
+            o, s2 = place_and_simulate(h, order + log.added(), cost)
+            simulated += 1
+            rule.inverse(h, log)
+            if s2.peak < sim.peak and (best is None or (s2.peak, s2.latency) < (best[2].peak, best[2].latency)):
+                best = (app, o, s2)
+        if best is None:
+            stopped = "no application lowers the peak"
+            break
+        app, order, sim = best
+        rule.apply(h, app)  # node ids are the same as when it was evaluated
+        apps.append(app)
+        if progress:
+            progress(f"swap step {step + 1}: {app} peak {sim.peak} latency {sim.latency:.6f}")
+    return GreedyResult(h, order, sim.peak, sim.latency, apps, evaluated, simulated,
+                        time.perf_counter() - t0, stopped)
+
+
+__all__ = ["GreedyResult", "greedy_remat", "greedy_swap"]
