@@ -20,7 +20,7 @@ import torch
 from torch import nn
 
 from core.analysis.lifetimes import memory_profile
-from core.codegen import CodegenError, FissionNotSupported, export_script, generate_source
+from core.codegen import CodegenError, export_script, generate_source
 from core.codegen.plan import integer_ranges, sanitize
 from core.codegen.runtime import LiveBytesTracker, Swapper, make_inputs
 from core.codegen.verify import (
@@ -32,7 +32,7 @@ from core.codegen.verify import (
 )
 from core.frontend.torch_import import capture
 from core.ir.builder import GraphBuilder
-from core.ir.graph import FissionSpec, Graph, GraphError, NodeKind, TensorMeta, TRef, map_refs
+from core.ir.graph import Graph, GraphError, NodeKind, TensorMeta, TRef, map_refs
 
 ROOT = Path(__file__).resolve().parents[1]
 RTOL, ATOL = 1e-4, 1e-5
@@ -236,19 +236,6 @@ def test_invalid_schedule_and_non_aten_graphs_are_clear_errors(tmp_path):
     with pytest.raises(CodegenError, match="not an aten-style operator"):
         export_script(b.graph, resolve_schedule(b.graph, "traced"), tmp_path / "s.py")
     assert not list(tmp_path.iterdir())  # no half-written file
-
-
-def test_fission_nodes_raise_not_implemented():
-    _, _, _, g = model_and_graph("mlp")
-    g = g.copy()
-    sub = GraphBuilder("part")
-    sub.op("A", [sub.input("x", 4)], 4, output=True)
-    victim = next(n for n in g.ops() if n.op == "aten.gelu.default")
-    victim.kind = NodeKind.FISSION
-    victim.fission = FissionSpec(sub.graph, 2, [0], [("cat", 0)])
-    with pytest.raises(NotImplementedError, match="fission node"):
-        generate_source(g, resolve_schedule(g, "traced"))
-    assert issubclass(FissionNotSupported, CodegenError)
 
 
 # ---- swap: Store / Load -----------------------------------------------------------------------

@@ -7,6 +7,6 @@ to the simulator's prediction.  ``core.codegen.verify`` runs a model eagerly and
 exported script and compares outputs and peaks.
 """
 
-from .emit import CodegenError, FissionNotSupported, export_script, generate_source
+from .emit import CodegenError, export_script, generate_source
 
-__all__ = ["CodegenError", "FissionNotSupported", "export_script", "generate_source"]
+__all__ = ["CodegenError", "export_script", "generate_source"]

@@ -6,8 +6,9 @@ of the aten overload the node records (``v = aten.mm.default(a, b)  # module.pat
 deleted right after their last use (:mod:`core.codegen.plan`) so every storage dies at the step
 where ``core.analysis.lifetimes`` frees it.  Nothing is ``exec``-ed at run time: the script is
 ordinary Python importing only torch, with the runtime support of :mod:`core.codegen.runtime`
-pasted in.  Each node kind has its own emitter (``EMITTERS``): aten ops and the Store/Load of a swap
-(MAGIS section 5.2) are generated; fission nodes (section 4.2) raise until their transformation lands.
+pasted in.  Each node kind has its own emitter (``EMITTERS``): aten ops, the Store/Load of a swap
+(MAGIS section 5.2) and fission nodes (section 4.2: a loop over the parts, nested for nested
+fission, names scoped to the loop body).
 """
 
 from __future__ import annotations
@@ -29,10 +30,6 @@ RUNTIME_MARKER = "# ==== RUNTIME BEGIN"
 
 class CodegenError(GraphError):
     """The graph cannot be exported (an op without aten semantics, a bad schedule...)."""
-
-
-class FissionNotSupported(CodegenError, NotImplementedError):
-    """Fission nodes (MAGIS F-Trans, section 4.2) have no code generator yet."""
 
 
 def runtime_source() -> str:
@@ -95,11 +92,16 @@ def callee(op: str) -> str:
 class ScriptWriter:
     """Writes the body of ``_step``: one line per scheduled node, then its ``del`` line."""
 
-    def __init__(self, g: Graph, order: Sequence[int], copy_done: Mapping[int, int] | None = None) -> None:
+    def __init__(self, g: Graph, order: Sequence[int], copy_done: Mapping[int, int] | None = None,
+                 depth: int = 0, prefix: str = "") -> None:
         self.g = g
         self.order = list(order)
-        self.names = variable_names(g, self.order)
+        self.depth = depth  # fission loops around this graph's lines
+        self.prefix = prefix  # of every name inside a fission loop (outer names never start with _)
+        self.names = {r: prefix + v for r, v in variable_names(g, self.order).items()}
         self.plan: ReleasePlan = release_plan(g, self.order, copy_done)
+        self.fissions = 0
+        self.scoped: list[str] = []
         self.bound: set[TRef] = set()  # tensors bound to their own name
         self.pending_loads: set[TRef] = set()
         self.uses_swap = any(g[n].kind in (NodeKind.STORE, NodeKind.LOAD) for n in self.order)
@@ -159,9 +161,59 @@ class ScriptWriter:
         return [f"{self.names[r]} = swap.load({self.names[src]}){self._comment(node, 'load')}"]
 
     def emit_fission(self, node: Node) -> list[str]:
-        raise FissionNotSupported(
-            f"fission node {node.name!r}: code generation for F-Trans nodes (MAGIS section 4.2: run "
-            f"the sub-graph n times on slices, then cat / sum the parts) is not implemented yet")
+        """F-Trans (MAGIS section 4.2): a loop over the n parts.  The full-size outputs are allocated
+        first; each part slices the split inputs (views), runs one copy of the sub-graph with its
+        own ``del`` lines, writes its outputs into slice k of a concatenated output or adds them to a
+        summed one, and deletes them, so one part's intermediates die before the next starts.
+        Names inside the loop are scoped with a ``_f<k>_`` prefix (nested fission: nested loops)."""
+        f = node.fission
+        if f is None:
+            raise CodegenError(f"fission node {node.name!r} has no sub-graph")
+        sub = f.graph
+        depth = self.depth + 1
+        self.fissions += 1
+        prefix = f"_f{self.fissions}_" if self.depth == 0 else f"{self.prefix}f{self.fissions}_"
+        k = f"_k{depth}"
+        ins = node.inputs()
+        out_lines: list[str] = []
+        outs = node.refs()
+        for j, (r, (how, _d)) in enumerate(zip(outs, f.out_combine, strict=True)):
+            t = node.outputs[j]
+            alloc = "torch.zeros" if how == "sum" else "torch.empty"
+            tgt = self._target(r)
+            if tgt == "_":  # an unused output still takes its storage during the step
+                tgt = f"{prefix}unused{j}"
+                self.scoped.append(tgt)
+            self.bound.add(r)
+            self.names[r] = tgt
+            out_lines.append(f"{tgt} = {alloc}({list(t.shape)}, dtype=torch.{t.dtype}, device=device)")
+        sub_order = [v for v in sub.topo_order() if sub.nodes[v].kind != NodeKind.PLACEHOLDER]
+        inner = ScriptWriter(sub, sub_order, depth=depth, prefix=prefix)
+        inner.fissions = self.fissions
+        head = [f"for {k} in range({f.n}):  # {node.name}: {len(sub_order)} ops x {f.n} parts"]
+        loop: list[str] = []
+        for ph, r, d in zip(sub.placeholders(), ins, f.in_dims, strict=True):
+            name = inner.names[ph.refs()[0]]
+            if d is None:
+                loop.append(f"{name} = {self.names[r]}")
+            else:
+                p = ph.out.shape[d]
+                loop.append(f"{name} = aten.slice.Tensor({self.names[r]}, {d}, {k} * {p}, ({k} + 1) * {p})")
+        loop.extend(inner.steps())
+        self.fissions = inner.fissions
+        part_names = []
+        for j, ((how, d), key) in enumerate(zip(f.out_combine, sub.outputs, strict=True)):
+            part = inner.names[sub.outputs[key]]
+            full = self.names[outs[j]]
+            if how == "sum":
+                loop.append(f"{full}.add_({part})")
+            else:
+                p = sub.tensor(sub.outputs[key]).shape[d]
+                loop.append(f"aten.slice.Tensor({full}, {d}, {k} * {p}, ({k} + 1) * {p}).copy_({part})")
+            part_names.append(part)
+        dead = sorted(set(part_names) | {inner.names[ph.refs()[0]] for ph in sub.placeholders()})
+        loop.append("del " + ", ".join(dead))
+        return out_lines + head + ["    " + line for line in loop]
 
     def _single_input(self, node: Node) -> TRef:
         ins = node.inputs()
@@ -183,6 +235,18 @@ class ScriptWriter:
             out.append("swap = Swapper(device)")
         for n in self.g.placeholders():
             out.append(f"{self.names[n.refs()[0]]} = tensors[{input_key(n)!r}]")
+        out.extend(self.steps())
+        if self.uses_swap:
+            out.append("swap.finish()")
+        out.append("return {")
+        for key, r in self.g.outputs.items():
+            out.append(f"    {key!r}: {self.names[r]},")
+        out.append("}")
+        return out
+
+    def steps(self) -> list[str]:
+        """One line (or loop) per scheduled node, each followed by its ``del`` line."""
+        out: list[str] = []
         for i, nid in enumerate(self.order):
             node = self.g[nid]
             emitter = self.EMITTERS.get(node.kind)
@@ -195,15 +259,11 @@ class ScriptWriter:
             self.underscore = False
             out.extend(emitter(self, node))
             dead = ["_"] if self.underscore else []
+            dead += self.scoped
+            self.scoped = []
             dead += [self.names[r] for r in self.plan.after[i] if r in self.bound]
             if dead:
                 out.append("del " + ", ".join(dead))
-        if self.uses_swap:
-            out.append("swap.finish()")
-        out.append("return {")
-        for key, r in self.g.outputs.items():
-            out.append(f"    {key!r}: {self.names[r]},")
-        out.append("}")
         return out
 
 
@@ -258,8 +318,7 @@ def _literal(obj: Any, indent: str = "    ") -> str:
 def generate_source(g: Graph, order: Sequence[int], schedule_name: str = "custom", cost: Any = None) -> str:
     """The exported script for ``g`` run in ``order`` (a list of op node ids).
 
-    Raises GraphError if ``order`` is not a valid schedule, CodegenError if a node cannot be written
-    (FissionNotSupported, also a NotImplementedError, for fission nodes).
+    Raises GraphError if ``order`` is not a valid schedule, CodegenError if a node cannot be written.
     """
     from ..simulate import simulate
 

@@ -682,3 +682,61 @@ def _broadcast(a: tuple[int, ...], b: tuple[int, ...]) -> tuple[int, ...]:
 def emit(op: str) -> str:
     """The Python expression the code generator calls for ``op`` (``aten`` = ``torch.ops.aten``)."""
     return op
+
+
+# ---- argument rescaling (MAGIS F-Trans: one part of a split op) ------------------------------------
+# Ops whose non-tensor arguments hold the size of output 0 (at this argument position): one part
+# gets the part's shape.
+_SIZE_ARG = {A + "view.default": 1, A + "_unsafe_view.default": 1, A + "reshape.default": 1,
+             A + "new_zeros.default": 1, A + "new_ones.default": 1, A + "new_empty.default": 1,
+             A + "slice_backward.default": 1, A + "select_backward.default": 1}
+
+
+def rescale_args(node: Node, full_ins: list[TensorMeta], part_outs: list[TensorMeta],
+                 in_split: list[int | None]) -> tuple[list[Any], dict[str, Any]] | None:
+    """The arguments of ``node`` when it computes one part of a fission: its tensor inputs are
+    ``full_ins`` sliced along ``in_split`` (None: whole) and its outputs have ``part_outs``' shapes.
+    Only non-tensor arguments change (sizes, slice bounds); None when the registry does not know how
+    this op's arguments depend on the split (such an op blocks fission through it)."""
+    op = node.op
+    d = get(op)
+    if d is None or d.dim_links is None:
+        return None
+    args, kwargs = list(node.args), dict(node.kwargs)
+    if op in _SIZE_ARG:
+        pos = _SIZE_ARG[op]
+        if pos < len(args):
+            args[pos] = list(part_outs[0].shape)
+        return args, kwargs
+    if op == A + "expand.default":
+        sizes = list(args[1])
+        off = len(sizes) - len(part_outs[0].shape)
+        for k, s in enumerate(part_outs[0].shape):
+            if sizes[k + off] != -1:
+                sizes[k + off] = s
+        args[1] = sizes
+        return args, kwargs
+    if op == A + "slice.Tensor":
+        r = len(full_ins[0].shape)
+        dim = norm_dim(args[1] if len(args) > 1 else kwargs.get("dim", 0), r)
+        if in_split and in_split[0] == dim:  # a full-range slice along the split dim
+            start = args[2] if len(args) > 2 else kwargs.get("start")
+            end = args[3] if len(args) > 3 else kwargs.get("end")
+            step = args[4] if len(args) > 4 else kwargs.get("step", 1)
+            if (start not in (None, 0)) or step not in (None, 1) or (end is not None and end < full_ins[0].shape[dim]):
+                return None
+            if len(args) > 3:
+                args[3] = part_outs[0].shape[dim]
+            elif "end" in kwargs:
+                kwargs["end"] = part_outs[0].shape[dim]
+        return args, kwargs
+    if op == A + "convolution_backward.default" and len(part_outs) > 2 and len(args) > 3 \
+            and isinstance(args[3], (list, tuple)):
+        args[3] = list(part_outs[2].shape)  # bias_sizes
+        return args, kwargs
+    if d.category == "creation" and not full_ins:
+        return None  # sizes of a tensor made from nothing
+    # every other registered op takes dims, flags and scalars only; where a dim argument names an
+    # axis (split, cat, select, gather, reductions, softmax ...) its links leave that axis out, so
+    # the split dim is never it
+    return args, kwargs

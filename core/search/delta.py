@@ -22,9 +22,10 @@ A state's memory is its parent, the application and the re-ordered window (``mst
 ``goto`` moves the working state to any state by undoing and replaying applications along the tree.
 The narrow-waist values that pick the window are those of the imported graph (a node that a rule
 added takes its origin's value): they only choose where a window ends, so they are not recomputed
-per state.  Graphs with STORE/LOAD copies are evaluated with the full simulator (copy timing moves
-frees after the window); every other graph is evaluated exactly as ``simulate`` would, which the
-tests and ``bench/states.py`` check.
+per state.  Its rules default to the remat family (``transform.registry.REMAT_RULES``); graphs with
+STORE/LOAD copies are evaluated with the full simulator (copy timing moves frees after the window);
+every other graph is evaluated exactly as ``simulate`` would, which the tests and
+``bench/states.py`` check.
 """
 
 from __future__ import annotations

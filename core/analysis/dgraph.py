@@ -1,0 +1,251 @@
+"""The D-Graph (MAGIS section 4.1) and the validity of a split (section 4.2).
+
+A D-Graph node is a dimension of an op's output, ``(node id, output, dim)``, or a reduce axis of the
+op's computation for that output (``dim = -k``: the k-th reduce axis).  The ops registry's dim
+links (``ir.ops.dim_links``) are its edges; a connected component is a graph-level dimension that a
+sub-graph can be split along (the batch running through a whole training step, the heads of an
+attention block, the channels between two convolutions ...).
+
+:func:`plan_split` checks an F-Trans f = (S, D, n) -- S a set of ops, D a component -- against the
+paper's constraints and returns how it splits: which inputs of S are sliced along which dim and
+which are shared, and whether each output of S is concatenated (its dim in D) or summed (a reduce
+axis in D, e.g. weight gradients along the batch).  The constraints, checked in order:
+
+* every op of S is a compute op whose dims the registry knows (with rescalable arguments), and it
+  draws no random numbers;
+* G[S] is weakly connected and convex (no path leaves S and comes back);
+* no redundant computation: each output of each op in S has exactly one D-node in D, and every edge
+  of G[S] is a D-edge between those nodes; an input from outside S is either sliced along the one dim
+  its reader links into D, or read whole (shared);
+* a reduce axis leaves S only as an output combined by summing (a partial sum is never read inside S).
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from ..ir import ops
+from ..ir.graph import Graph, NodeKind, TRef
+
+Key = tuple[int, int, int]  # (node id, output index, dim >= 0 | -reduce axis)
+
+_RANDOM = ("rand", "dropout", "bernoulli", "normal", "multinomial", "uniform", "exponential")
+
+
+class DGraph:
+    """The D-Graph of ``g`` as a union-find over its D-nodes, plus each op's dim links."""
+
+    def __init__(self, g: Graph) -> None:
+        self.g = g
+        self.parent: dict[Key, Key] = {}
+        self.links: dict[int, list[ops.DimLink]] = {}
+        self.unknown: set[int] = set()  # ops without dim links (they block fission)
+        for n in g.nodes.values():
+            if n.kind == NodeKind.OP:
+                links = ops.dim_links(ops.ctx(n, g.tensor))
+            elif n.kind in (NodeKind.STORE, NodeKind.LOAD):
+                links = [ops.DimLink(0, d, 0, d) for d, s in enumerate(n.outputs[0].shape) if s > 1]
+            else:
+                continue
+            if links is None:
+                self.unknown.add(n.id)
+                continue
+            self.links[n.id] = links
+            ins = n.inputs()
+            for lk in links:
+                r = ins[lk.input]
+                self._union((r.node, r.index, lk.in_dim), (n.id, lk.output, lk.out_dim))
+        self.node_keys: dict[int, list[Key]] = {}
+        for k in self.parent:
+            self.node_keys.setdefault(k[0], []).append(k)
+
+    def _find(self, k: Key) -> Key:
+        p = self.parent.setdefault(k, k)
+        while p != k:
+            gp = self.parent[p]
+            self.parent[k] = gp
+            k, p = p, gp
+        return k
+
+    def _union(self, a: Key, b: Key) -> None:
+        ra, rb = self._find(a), self._find(b)
+        if ra != rb:
+            self.parent[max(ra, rb)] = min(ra, rb)
+
+    def component(self, key: Key) -> Key:
+        """The representative D-node of ``key``'s component."""
+        return self._find(key) if key in self.parent else key
+
+    def keys(self, nid: int, comp: Key) -> list[Key]:
+        """The D-nodes of op ``nid`` in component ``comp``."""
+        return [k for k in self.node_keys.get(nid, ()) if self._find(k) == comp]
+
+    def components(self) -> dict[Key, set[int]]:
+        """Component -> the ops with a D-node in it (components spanning at least two ops)."""
+        out: dict[Key, set[int]] = {}
+        for k in self.parent:
+            out.setdefault(self._find(k), set()).add(k[0])
+        return {c: v for c, v in out.items() if len(v) > 1}
+
+    def describe(self, comp: Key) -> str:
+        """A readable name of a component: a tensor dim of its representative."""
+        nid, j, d = comp
+        node = self.g.nodes[nid]
+        shape = list(node.outputs[j].shape) if j < len(node.outputs) else []
+        return (f"dim {d} of {node.name} {shape}" if d >= 0 else f"reduce axis {-d} of {node.name}")
+
+
+@dataclass
+class Split:
+    """A valid F-Trans f = (S, D, n) before it is applied: how S's inputs and outputs split."""
+
+    nodes: list[int]  # S, in the graph's node order
+    comp: Key  # D
+    length: int  # the size of the split dim
+    out_dims: dict[TRef, int]  # every tensor of S -> its dim in D (< 0: a reduce axis, partial sums)
+    inputs: list[TRef] = field(default_factory=list)  # tensors S reads from outside, first use first
+    in_dims: list[int | None] = field(default_factory=list)  # sliced along / None: shared
+    outputs: list[TRef] = field(default_factory=list)  # tensors of S read outside S (or graph outputs)
+    combine: list[tuple[str, int | None]] = field(default_factory=list)  # ("cat", dim) / ("sum", None)
+
+    def divisors(self) -> list[int]:
+        """The fission numbers n > 1 that divide the split dim."""
+        return [k for k in range(2, self.length + 1) if self.length % k == 0]
+
+
+class SplitError(ValueError):
+    """An F-Trans that breaks one of the constraints (the message says which)."""
+
+
+def _convex(g: Graph, s: set[int]) -> bool:
+    """No path from S through nodes outside S back into S."""
+    frontier = deque(u for v in s for u in g.users(v) if u not in s)
+    seen = set(frontier)
+    while frontier:
+        v = frontier.popleft()
+        for u in g.users(v):
+            if u in s:
+                return False
+            if u not in seen:
+                seen.add(u)
+                frontier.append(u)
+    return True
+
+
+def _connected(g: Graph, s: set[int]) -> bool:
+    start = next(iter(s))
+    seen = {start}
+    stack = [start]
+    while stack:
+        v = stack.pop()
+        for u in list(g.users(v)) + list(g.preds(v)):
+            if u in s and u not in seen:
+                seen.add(u)
+                stack.append(u)
+    return len(seen) == len(s)
+
+
+def plan_split(g: Graph, dg: DGraph, nodes: Iterable[int], comp: Key) -> Split:
+    """The split of S = ``nodes`` along component ``comp`` (SplitError naming the broken rule)."""
+    s = set(nodes)
+    if not s:
+        raise SplitError("the sub-graph is empty")
+    order = [v for v in g.nodes if v in s]
+    if len(order) != len(s):
+        raise SplitError("the sub-graph names nodes the graph does not have")
+    comp = dg.component(comp)
+    out_dims: dict[TRef, int] = {}
+    for v in order:
+        n = g.nodes[v]
+        if n.kind != NodeKind.OP:
+            raise SplitError(f"{n.name!r} is a {n.kind.value} node, not a compute op")
+        if v in dg.unknown:
+            raise SplitError(f"{n.name!r} ({n.op}) has no dim links in the ops registry")
+        opname = n.op.split(".")[1] if n.op.count(".") >= 1 else n.op
+        if any(k in opname for k in _RANDOM):
+            raise SplitError(f"{n.name!r} draws random numbers")
+        mine = dg.keys(v, comp)
+        for j in range(len(n.outputs)):
+            ks = [k for k in mine if k[1] == j]
+            if len(ks) != 1:
+                raise SplitError(f"output {j} of {n.name!r} has {len(ks)} dims in the split dimension "
+                                 f"(needs exactly one)")
+            out_dims[TRef(v, j)] = ks[0][2]
+    if not _connected(g, s):
+        raise SplitError("the sub-graph is not weakly connected")
+    if not _convex(g, s):
+        raise SplitError("the sub-graph is not convex (a path leaves it and comes back)")
+    length = 0
+    in_dims: dict[TRef, int | None] = {}
+    inputs: list[TRef] = []
+    for v in order:
+        n = g.nodes[v]
+        links = dg.links[v]
+        for i, r in enumerate(n.inputs()):
+            if r.node in s:
+                dr = out_dims[r]
+                if dr < 0:
+                    raise SplitError(f"{n.name!r} reads a partial sum of {g.nodes[r.node].name!r} inside "
+                                     f"the sub-graph")
+                for j in range(len(n.outputs)):
+                    if not any(lk.input == i and lk.in_dim == dr and lk.output == j
+                               and lk.out_dim == out_dims[TRef(v, j)] for lk in links):
+                        raise SplitError(f"edge {g.nodes[r.node].name!r} -> {n.name!r} does not follow the "
+                                         f"split dimension")
+                continue
+            dims = {lk.in_dim for lk in links if lk.input == i
+                    and lk.out_dim == out_dims[TRef(v, lk.output)]}
+            if len(dims) > 1:
+                raise SplitError(f"{n.name!r} links several dims of {g.nodes[r.node].name!r} to the split")
+            d = next(iter(dims)) if dims else None
+            if d is not None:  # every output of v must follow the sliced dim
+                for j in range(len(n.outputs)):
+                    if not any(lk.input == i and lk.in_dim == d and lk.output == j
+                               and lk.out_dim == out_dims[TRef(v, j)] for lk in links):
+                        raise SplitError(f"{n.name!r}: output {j} does not follow the sliced input "
+                                         f"{g.nodes[r.node].name!r}")
+                size = g.tensor(r).shape[d]
+                if length and size != length:
+                    raise SplitError(f"split dims of different sizes ({length} and {size})")
+                length = size
+            if r in in_dims:
+                if in_dims[r] != d:
+                    raise SplitError(f"{g.nodes[r.node].name!r} is sliced by one reader and shared by another")
+            else:
+                in_dims[r] = d
+                inputs.append(r)
+    for r, d in out_dims.items():
+        if d >= 0:
+            size = g.tensor(r).shape[d]
+            if length and size != length:
+                raise SplitError(f"split dims of different sizes ({length} and {size})")
+            length = size
+    if length < 2:
+        raise SplitError("the split dimension has fewer than 2 elements")
+    graph_outs = g.output_refs()
+    outputs, combine = [], []
+    for v in order:
+        for j in range(len(g.nodes[v].outputs)):
+            r = TRef(v, j)
+            outside = any(u not in s for u in g.readers(r)) or r in graph_outs
+            if not outside:
+                continue
+            d = out_dims[r]
+            outputs.append(r)
+            combine.append(("cat", d) if d >= 0 else ("sum", None))
+    if not outputs:
+        raise SplitError("the sub-graph has no output")
+    # argument rescaling must be known for every op (checked at n = 2 shapes by fission.apply)
+    for v in order:
+        n = g.nodes[v]
+        full = [g.tensor(r) for r in n.inputs()]
+        split_in = [out_dims.get(r) if r.node in s else in_dims.get(r) for r in n.inputs()]
+        if ops.rescale_args(n, full, n.outputs, split_in) is None:
+            raise SplitError(f"{n.name!r} ({n.op}): the registry does not know how its arguments "
+                             f"change when the split dim shrinks")
+    return Split(order, comp, length, out_dims, inputs, [in_dims[r] for r in inputs], outputs, combine)
+
+
+__all__ = ["DGraph", "Key", "Split", "SplitError", "plan_split"]

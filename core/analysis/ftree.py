@@ -1,0 +1,212 @@
+"""M-Analyzer: F-Tree construction, MAGIS Algorithm 1 (section 4.3).
+
+For each connected component D of the D-Graph: G' = the ops with a D-node in D, T = the dominator
+tree of G' (a virtual root above its sources), and per op v
+
+    heat(v)  = sum |w| over hot-spot tensors w produced in T.des(v)                        (Eq. 3)
+    score(v) = (1 - 1/n) heat(v) - sum |u| over tensors u that T.des(v) reads from outside
+               it and that are not hot-spots (n = 2)                                        (Eq. 4)
+
+(T.des(v) includes v).  Scores are normalised by the largest; for each of the L levels
+[i/L, (i+1)/L) the ops of that level none of whose T-descendants is in the same level are picked,
+and S = T.des(v) minus v becomes a candidate F-Trans (S, D, 1) if it is valid
+(``dgraph.plan_split``).  A training graph joins each region's forward and backward through the
+loss, so a dominated region is rarely convex as a whole: its convex part (``convex_part``: what lies
+upstream of every path that leaves it) is the candidate.  Nested candidates form the tree: a candidate's parent is the smallest
+candidate whose S strictly contains its S.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ..ir.graph import Graph, NodeKind, TRef
+from .dgraph import DGraph, Key, Split, SplitError, plan_split
+from .dominators import dag_idom
+from .lifetimes import memory_profile
+
+LEVELS = 4
+FISSION_N = 2  # the n of Eq. 4
+
+
+@dataclass
+class FNode:
+    """One F-Tree node: a candidate F-Trans (S, D, n); n = 1 while it is disabled."""
+
+    id: int
+    split: Split
+    dominator: int  # v_dom: S is what it strictly dominates in G'
+    heat: int
+    score: float
+    level: int
+    n: int = 1
+    parent: int | None = None
+    children: list[int] = field(default_factory=list)
+
+
+@dataclass
+class FTree:
+    nodes: list[FNode]
+    dgraph: DGraph
+    rejected: int = 0  # picked sub-graphs that were not valid F-Trans
+
+    def roots(self) -> list[FNode]:
+        return [f for f in self.nodes if f.parent is None]
+
+
+def hot_bytes(g: Graph, order: list[int]) -> dict[TRef, int]:
+    """The memory hot-spot storages (MAGIS H) of ``g`` under ``order`` -> bytes."""
+    prof = memory_profile(g, order, validate=False)
+    return {s.root: s.nbytes for s in prof.hotspots() if s.alloc >= 0 and not s.scratch}
+
+
+def _scores(g: Graph, members: list[int], hot: dict[TRef, int], n: int) -> tuple[list[int], list[int], list[float], list[list[int]]]:
+    """idom, heat and score of each member (indices into ``members``, topologically sorted)."""
+    idx = {v: i for i, v in enumerate(members)}
+    preds = [[idx[p] for p in g.preds(v) if p in idx] for v in members]
+    idom = dag_idom(preds)
+    children: list[list[int]] = [[] for _ in members]
+    for i, d in enumerate(idom):
+        if d >= 0:
+            children[d].append(i)
+    root_of = g.storage_root
+    own_heat = [sum(b for j in range(len(g.nodes[v].outputs)) if (b := hot.get(TRef(v, j), 0)))
+                for v in members]
+    # the storages each member reads, and their producers' member index (-1: outside G')
+    reads: list[dict[TRef, int]] = []
+    for v in members:
+        rd: dict[TRef, int] = {}
+        for r in g.nodes[v].inputs():
+            root = root_of(r)
+            rd[root] = idx.get(root.node, -1)
+        reads.append(rd)
+    # post-order: subtree member sets for heat and the outside reads (small-to-large merging)
+    order: list[int] = []
+    stack = [i for i, d in enumerate(idom) if d < 0]
+    while stack:
+        i = stack.pop()
+        order.append(i)
+        stack.extend(children[i])
+    heat = [0] * len(members)
+    score = [0.0] * len(members)
+    sub_nodes: list[set[int] | None] = [None] * len(members)
+    sub_reads: list[dict[TRef, int] | None] = [None] * len(members)
+    for i in reversed(order):
+        nodes = {i}
+        rd = dict(reads[i])
+        h = own_heat[i]
+        for c in children[i]:
+            h += heat[c]
+            cn, cr = sub_nodes[c], sub_reads[c]
+            if len(cn) > len(nodes):
+                nodes, cn = cn, nodes
+            nodes |= cn
+            if len(cr) > len(rd):
+                rd, cr = cr, rd
+            rd.update(cr)
+            sub_nodes[c] = sub_reads[c] = None
+        heat[i] = h
+        if h > 0:
+            outside = sum(_nbytes(g, root) for root, p in rd.items() if (p < 0 or p not in nodes) and root not in hot)
+            score[i] = (1 - 1 / n) * h - outside
+        else:
+            score[i] = float("-inf")
+        sub_nodes[i], sub_reads[i] = nodes, rd
+    return idom, heat, score, children
+
+
+def convex_part(g: Graph, s: set[int], hot: dict[TRef, int]) -> frozenset[int]:
+    """``s`` made convex and weakly connected: the ops of ``s`` downstream of a path that leaves
+    ``s`` are dropped (in a training graph: the backward half of a region whose forward and backward
+    are joined through the loss), then the weakly connected piece with the most hot bytes is kept."""
+    frontier = [u for v in s for u in g.users(v) if u not in s]
+    seen = set(frontier)
+    while frontier:
+        v = frontier.pop()
+        for u in g.users(v):
+            if u not in seen:
+                seen.add(u)
+                frontier.append(u)
+    kept = {v for v in s if v not in seen}
+    best: frozenset[int] = frozenset()
+    best_key = (-1, -1)
+    left = set(kept)
+    while left:
+        start = left.pop()
+        piece, stack = {start}, [start]
+        while stack:
+            v = stack.pop()
+            for u in list(g.users(v)) + list(g.preds(v)):
+                if u in left:
+                    left.discard(u)
+                    piece.add(u)
+                    stack.append(u)
+        heat = sum(b for v in piece for j in range(len(g.nodes[v].outputs)) if (b := hot.get(TRef(v, j), 0)))
+        if (heat, len(piece)) > best_key:
+            best, best_key = frozenset(piece), (heat, len(piece))
+    return best
+
+
+def _nbytes(g: Graph, root: TRef) -> int:
+    return g.nodes[root.node].outputs[root.index].nbytes
+
+
+def build_ftree(g: Graph, order: list[int] | None = None, levels: int = LEVELS, n: int = FISSION_N,
+                dg: DGraph | None = None) -> FTree:
+    """Algorithm 1 on ``g`` with the hot-spots of ``order`` (default: the traced order)."""
+    if order is None:
+        order = [v for v in g.topo_order() if g.nodes[v].kind != NodeKind.PLACEHOLDER]
+    dg = dg or DGraph(g)
+    hot = hot_bytes(g, order)
+    topo = {v: i for i, v in enumerate(g.topo_order())}
+    picked: dict[tuple[frozenset[int], Key], FNode] = {}
+    rejected = 0
+    for comp, ops_in in sorted(dg.components().items()):
+        members = sorted((v for v in ops_in if g.nodes[v].kind == NodeKind.OP and v not in dg.unknown),
+                         key=topo.__getitem__)
+        if len(members) < 2:
+            continue
+        idom, heat, score, children = _scores(g, members, hot, n)
+        s_max = max(score)
+        if s_max <= 0:
+            continue
+        for lvl in range(1, levels + 1):
+            lo, hi = lvl / levels, (lvl + 1) / levels
+            level = {i for i, s in enumerate(score) if lo <= s / s_max < hi}
+            for i in sorted(level):
+                stack, clash = list(children[i]), False
+                desc: list[int] = []
+                while stack:
+                    c = stack.pop()
+                    if c in level:
+                        clash = True
+                        break
+                    desc.append(c)
+                    stack.extend(children[c])
+                if clash or not desc:
+                    continue
+                s = convex_part(g, {members[c] for c in desc}, hot)
+                if not s or (s, comp) in picked:
+                    continue
+                try:
+                    split = plan_split(g, dg, s, comp)
+                except SplitError:
+                    rejected += 1
+                    continue
+                picked[(s, comp)] = FNode(0, split, members[i], heat[i], score[i], lvl)
+    nodes = sorted(picked.values(), key=lambda f: (-len(f.split.nodes), -f.score, f.split.nodes[0]))
+    for k, f in enumerate(nodes):
+        f.id = k
+    sets = [set(f.split.nodes) for f in nodes]
+    for k, f in enumerate(nodes):  # parent: the smallest strict superset (listed earlier: larger)
+        best = None
+        for j in range(k):
+            if sets[k] < sets[j] and (best is None or len(sets[j]) < len(sets[best])):
+                best = j
+        if best is not None:
+            f.parent = best
+            nodes[best].children.append(k)
+    return FTree(nodes, dg, rejected)
+
+
+__all__ = ["FNode", "FTree", "build_ftree", "hot_bytes", "LEVELS"]
