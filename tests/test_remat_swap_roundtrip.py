@@ -11,44 +11,18 @@ from __future__ import annotations
 import random
 
 import pytest
-import torch
 
-from app.specs import build_workload
-from core.codegen.verify import capture_real, eager_outputs, graph_inputs, problems, verify_graph
-from core.frontend.workload import workload_fns
 from core.ir.graph import Graph, NodeKind, TRef
 from core.schedule import get_scheduler
 from core.simulate import simulate
 from core.transform.remat import DeRemat, Remat
 from core.transform.rule import Application
 from core.transform.swap import DeSwap, Swap
+from tests.workload_cases import TINY, Case
 
-TINY = ["bert_tiny", "vit_tiny", "gpt_neo_tiny", "btlm_tiny", "resnet50_tiny", "unet_tiny", "unetpp_tiny"]
 COMBINATIONS = 20
 
 pytestmark = pytest.mark.slow
-
-
-class Case:
-    """A tiny workload captured on real tensors, its inputs and its eager outputs (computed once)."""
-
-    def __init__(self, name: str) -> None:
-        w = build_workload(name, 0)
-        self.g = capture_real(w, name=name, rebuild=lambda: build_workload(name, 0))
-        loss_fn, forward_fn = workload_fns(w)
-        self.tensors = graph_inputs(self.g, w.module, tuple(w.inputs))
-        torch.manual_seed(0)
-        self.ref = eager_outputs(self.g, w.module, tuple(w.inputs), loss_fn, forward_fn)
-        self.checked = 0
-
-    def verify(self, h: Graph, what: str) -> dict:
-        h.lint()
-        order = get_scheduler("traced").run(h).order
-        res = verify_graph(h, order, self.tensors, self.ref, schedule=what, details=True)
-        assert problems(res) == [], (what, problems(res))
-        assert "loss" in res and res["compared"] > 1  # the loss and the gradients
-        self.checked += 1
-        return res
 
 
 @pytest.fixture(scope="module", params=TINY)

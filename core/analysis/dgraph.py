@@ -17,7 +17,8 @@ axis in D, e.g. weight gradients along the batch).  The constraints, checked in 
 * no redundant computation: each output of each op in S has exactly one D-node in D, and every edge
   of G[S] is a D-edge between those nodes; an input from outside S is either sliced along the one dim
   its reader links into D, or read whole (shared);
-* a reduce axis leaves S only as an output combined by summing (a partial sum is never read inside S).
+* a reduce axis leaves S only as an output combined by summing (a partial sum is never read inside S),
+  and an op whose output is summed over the parts adds no shared bias.
 """
 
 from __future__ import annotations
@@ -216,6 +217,11 @@ def plan_split(g: Graph, dg: DGraph, nodes: Iterable[int], comp: Key) -> Split:
             else:
                 in_dims[r] = d
                 inputs.append(r)
+    for v in order:  # a bias shared by the parts of a summed output would be added n times
+        bias = ops.added_once(g.nodes[v])
+        if bias is not None and bias.node not in s and in_dims.get(bias) is None \
+                and any(out_dims[r] < 0 for r in g.nodes[v].refs()):
+            raise SplitError(f"{g.nodes[v].name!r}: its bias would be added once per part of a summed output")
     for r, d in out_dims.items():
         if d >= 0:
             size = g.tensor(r).shape[d]

@@ -740,3 +740,18 @@ def rescale_args(node: Node, full_ins: list[TensorMeta], part_outs: list[TensorM
     # axis (split, cat, select, gather, reductions, softmax ...) its links leave that axis out, so
     # the split dim is never it
     return args, kwargs
+
+
+# positional argument that is added once to the op's result (a bias): when the op's output is
+# split along a reduce axis and the parts are summed, it must not be shared by the parts
+_ADDED_ONCE = {A + "addmm.default": 0, A + "baddbmm.default": 0, A + "convolution.default": 2,
+               A + "addbmm.default": 0, A + "addmv.default": 0}
+
+
+def added_once(node: Node) -> TRef | None:
+    """The tensor ``node`` adds once to its result (a bias), if any."""
+    pos = _ADDED_ONCE.get(node.op)
+    if pos is None or pos >= len(node.args):
+        return None
+    a = node.args[pos]
+    return a if isinstance(a, TRef) else None
