@@ -39,8 +39,9 @@ def mlm_loss(module: nn.Module, input_ids: torch.Tensor, labels: torch.Tensor) -
 
 def _causal_lm_logits(module: nn.Module, input_ids: torch.Tensor) -> torch.Tensor:
     # An explicit all-ones attention mask (no padding), as a tokenizer would give. Without one,
-    # transformers inspects position_ids for packed sequences with a data-dependent ``.all()``,
-    # which graph capture on fake tensors cannot evaluate.
+    # transformers' eager attention inspects position_ids for packed sequences with a
+    # data-dependent ``.all()``; the frontend then traces the model in torch.export's tracing
+    # state instead (a different graph), so the samples keep the mask their graphs were made with.
     mask = torch.ones_like(input_ids)
     return _logits(module(input_ids=input_ids, attention_mask=mask, use_cache=False))
 
