@@ -18,13 +18,16 @@ and to user files (``app.specs`` resolves what the user names), so it lives here
 from __future__ import annotations
 
 import argparse
+import inspect
 import json
 import os
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
 
+import sample_graphs
 from core.fmt import format_bytes
 from core.ir import io
 from core.ir.graph import GraphError
@@ -35,14 +38,69 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")  # samples are built from configs, 
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
 
+class Progress:
+    """Stage messages on stderr, each with the seconds since the start (``[  12.3 s] ...``); while
+    a stage runs longer than ``every`` seconds (tracing a multi-billion-parameter model takes a
+    minute or more) it repeats that the stage is still running."""
+
+    def __init__(self, every: float = 15.0, stream: Any = None) -> None:
+        self.t0 = time.perf_counter()
+        self.every = every
+        self.stream = stream
+        self._stage = ""
+        self._since = self.t0
+        self._lock = threading.Lock()
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._beat, daemon=True)
+
+    def __enter__(self) -> Progress:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._done.set()
+        self._thread.join()
+
+    def _print(self, msg: str) -> None:
+        print(f"[{time.perf_counter() - self.t0:7.1f} s] {msg}", file=self.stream or sys.stderr, flush=True)
+
+    def __call__(self, msg: str) -> None:
+        with self._lock:
+            self._stage, self._since = msg, time.perf_counter()
+            self._print(msg)
+
+    def _beat(self) -> None:
+        while not self._done.wait(self.every):
+            with self._lock:
+                if self._stage and time.perf_counter() - self._since >= self.every:
+                    self._print(f"... still {self._stage[0].lower()}{self._stage[1:]}")
+
+
 def cmd_import(a: argparse.Namespace) -> dict[str, Any]:
-    """``magis import``: capture a model spec and write its graph file."""
+    """``magis import``: capture a model spec, write its graph file and print its summary."""
+    from core.summary import graph_info
+
     t0 = time.perf_counter()
-    print(f"capturing {a.spec} ({'forward' if a.forward else 'training'}) ...", file=sys.stderr)
-    g = capture_spec(a.spec, training=not a.forward, sgd_lr=a.sgd)
-    io.save(g, a.output)
-    res = {"output": str(a.output), "nodes": len(g), "seconds": round(time.perf_counter() - t0, 2)}
-    print(json.dumps(res) if a.json else f"wrote {a.output}: {len(g)} nodes in {res['seconds']} s")
+    with Progress() as progress:
+        progress(f"importing {a.spec} ({'forward pass' if a.forward else 'training step'})")
+        g = capture_spec(a.spec, training=not a.forward, sgd_lr=a.sgd, progress=progress)
+        progress(f"writing {a.output}")
+        io.save(g, a.output)
+        progress("summarising (traced order, analytic latency)")
+        info = graph_info(g, device=a.device, top=3)
+    res = {"output": str(a.output), "nodes": len(g), "seconds": round(time.perf_counter() - t0, 2),
+           "traced_as": g.meta.get("traced_as", "eager"),
+           **{k: info[k] for k in ("name", "mode", "device", "weight_bytes", "baseline_peak_bytes",
+                                   "latency_seconds")}}
+    if a.json:
+        print(json.dumps(res))
+    else:
+        print(f"wrote {a.output}: {info['name']}, {info['nodes']} ops ({info['mode']}) in {res['seconds']} s")
+        print(f"  weights          {format_bytes(info['weight_bytes'])}")
+        print(f"  baseline peak    {format_bytes(info['baseline_peak_bytes'])}  (traced order, free after last use)")
+        print(f"  est. latency     {info['latency_seconds'] * 1e3:.2f} ms on {info['device']}")
+        for h in info["hotspots"]:
+            print(f"  hot-spot {format_bytes(h['bytes']):>12}  {h['kind']:<10} {h['name']}  {h['shape']}  [{h['module']}]")
     return res
 
 
@@ -175,40 +233,61 @@ def cmd_app(a: argparse.Namespace) -> None:
     serve(graph_file=a.file, sample=a.sample, host=a.host, port=a.port, debug=a.debug)
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """The ``magis`` argument parser; each sub-command sets ``fn`` to its ``cmd_*`` function."""
-    p = argparse.ArgumentParser(prog="magis", description="MAGIS Studio: memory optimizer for PyTorch graphs")
-    sub = p.add_subparsers(dest="cmd", required=True)
+def _names(names: Any) -> str:
+    return ", ".join(sorted(names))
 
-    s = sub.add_parser("import", help="capture a PyTorch model as a graph file")
-    s.add_argument("spec", help="a sample name or path/to/file.py:factory")
-    s.add_argument("-o", "--output", required=True, type=Path)
+
+def build_parser() -> argparse.ArgumentParser:
+    """The ``magis`` argument parser; each sub-command sets ``fn`` to its ``cmd_*`` function.  The
+    valid names of ``--device``, ``--method`` and ``--schedule`` come from their registries."""
+    from core.cost.devices import DEFAULT_DEVICE, DEVICES
+    from core.schedule.registry import SCHEDULERS
+
+    devices = f"device profile for the latency estimate: {_names(DEVICES)} (default: %(default)s)"
+    schedules = _names(SCHEDULERS)
+    timed = [n for n, cls in SCHEDULERS.items() if "time_budget" in inspect.signature(cls).parameters]
+    p = argparse.ArgumentParser(prog="magis", description="MAGIS Studio: memory optimizer for PyTorch graphs")
+    sub = p.add_subparsers(dest="cmd", required=True, metavar="COMMAND")
+
+    s = sub.add_parser("import", help="capture a PyTorch model as a graph file",
+                       description="Capture a model's training step (or forward pass) on fake tensors "
+                                   "and write its graph file; progress goes to stderr, the summary to stdout.")
+    s.add_argument("spec", metavar="SPEC",
+                   help="a sample name or path/to/file.py:factory (factory() returns an object with "
+                        "module, inputs and loss_fn; see the README)")
+    s.add_argument("-o", "--output", required=True, type=Path, metavar="FILE",
+                   help="graph file to write (.json, or .json.gz to compress)")
     s.add_argument("--forward", action="store_true", help="forward pass only (default: training step)")
-    s.add_argument("--sgd", type=float, default=None, metavar="LR", help="append an SGD update")
-    s.add_argument("--json", action="store_true")
+    s.add_argument("--sgd", type=float, default=None, metavar="LR",
+                   help="append a plain SGD update of every weight with learning rate LR")
+    s.add_argument("--device", default=DEFAULT_DEVICE, metavar="NAME", help=devices)
+    s.add_argument("--json", action="store_true", help="print the summary as one JSON object")
     s.set_defaults(fn=cmd_import)
 
     s = sub.add_parser("info", help="summary of a graph file")
-    s.add_argument("file")
-    s.add_argument("--device", default="rtx3090")
-    s.add_argument("--top", type=int, default=5, help="hot-spots to list")
+    s.add_argument("file", metavar="FILE", help="a graph file, or a sample name (its committed graph)")
+    s.add_argument("--device", default=DEFAULT_DEVICE, metavar="NAME", help=devices)
+    s.add_argument("--top", type=int, default=5, metavar="N", help="hot-spots to list (default: %(default)s)")
     s.add_argument("--measured", action="store_true",
                    help="latency from timing each op on this machine (CPU or CUDA), cached on disk")
-    s.add_argument("--json", action="store_true")
+    s.add_argument("--json", action="store_true", help="print the summary as JSON")
     s.set_defaults(fn=cmd_info)
 
     s = sub.add_parser("schedule", help="run a scheduler on a graph file")
-    s.add_argument("file")
-    s.add_argument("--method", default="traced")
-    s.add_argument("--time-budget", type=float, default=None)
-    s.add_argument("--json", action="store_true")
+    s.add_argument("file", metavar="FILE", help="a graph file, or a sample name (its committed graph)")
+    s.add_argument("--method", default="traced", metavar="NAME",
+                   help=f"scheduler: {schedules} (default: %(default)s)")
+    s.add_argument("--time-budget", type=float, default=None, metavar="SECONDS",
+                   help=f"time limit of the schedulers that take one: {_names(timed)}")
+    s.add_argument("--json", action="store_true", help="print the result as one JSON object")
     s.set_defaults(fn=cmd_schedule)
 
     s = sub.add_parser("export", help="write a runnable PyTorch script for a graph + schedule")
-    s.add_argument("file")
-    s.add_argument("--schedule", default="traced")
-    s.add_argument("-o", "--output", required=True, type=Path)
-    s.add_argument("--json", action="store_true")
+    s.add_argument("file", metavar="FILE", help="a graph file, or a sample name (its committed graph)")
+    s.add_argument("--schedule", default="traced", metavar="NAME",
+                   help=f"order of the ops in the script: {schedules} (default: %(default)s)")
+    s.add_argument("-o", "--output", required=True, type=Path, metavar="SCRIPT", help="the .py file to write")
+    s.add_argument("--json", action="store_true", help="print the result as one JSON object")
     s.set_defaults(fn=cmd_export)
 
     s = sub.add_parser("transform", help="apply rules by hand (rematerialization, swapping) to a graph file",
@@ -225,20 +304,28 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--json", action="store_true", help="print the result as JSON")
     s.set_defaults(fn=cmd_transform)
 
-    s = sub.add_parser("verify", help="compare eager PyTorch with the exported script")
-    s.add_argument("spec")
-    s.add_argument("--schedule", default="traced")
-    s.add_argument("--seed", type=int, default=0)
-    s.add_argument("--graph", default=None, help="verify this graph file of the model (e.g. from `magis "
-                   "transform`) instead of a fresh capture")
+    s = sub.add_parser("verify", help="compare eager PyTorch with the exported script",
+                       description="Run the model eagerly and its exported script on the same weights and "
+                                   "inputs (on the CPU): loss and every gradient, and the measured vs the "
+                                   "simulated peak.")
+    s.add_argument("spec", metavar="SPEC", help="a sample name or path/to/file.py:factory")
+    s.add_argument("--schedule", default="traced", metavar="NAME",
+                   help=f"order of the ops in the script: {schedules}, or random:SEED for a seeded "
+                        f"random topological order (default: %(default)s)")
+    s.add_argument("--seed", type=int, default=0, metavar="N",
+                   help="seed for the weights and inputs (default: %(default)s)")
+    s.add_argument("--graph", default=None, metavar="FILE",
+                   help="verify this graph file of the model (e.g. from `magis transform`) instead of a "
+                        "fresh capture")
     s.set_defaults(fn=cmd_verify)
 
     s = sub.add_parser("app", help="launch the web app")
-    s.add_argument("file", nargs="?", default=None)
-    s.add_argument("--sample", default=None)
-    s.add_argument("--host", default="127.0.0.1")
-    s.add_argument("--port", type=int, default=8050)
-    s.add_argument("--debug", action="store_true")
+    s.add_argument("file", nargs="?", default=None, metavar="FILE", help="a graph file to open")
+    s.add_argument("--sample", default=None, metavar="NAME",
+                   help=f"a sample to open: {', '.join(sample_graphs.NAMES)}")
+    s.add_argument("--host", default="127.0.0.1", help="address to listen on (default: %(default)s)")
+    s.add_argument("--port", type=int, default=8050, help="port to listen on (default: %(default)s)")
+    s.add_argument("--debug", action="store_true", help="Dash debug mode (reloader, error overlay)")
     s.set_defaults(fn=cmd_app)
     return p
 

@@ -13,13 +13,14 @@ from __future__ import annotations
 
 import functools
 import importlib.util
+import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import sample_graphs
 from core.ir import io
-from core.ir.graph import Graph
+from core.ir.graph import Graph, GraphError
 
 if TYPE_CHECKING:  # torch is imported only by the commands that build models
     from core.frontend.workload import Workload
@@ -41,7 +42,10 @@ def load_factory(spec: str) -> Callable[[], Workload]:
     if modspec is None or modspec.loader is None:
         raise SpecError(f"cannot load {p}")
     mod = importlib.util.module_from_spec(modspec)
-    modspec.loader.exec_module(mod)
+    try:
+        modspec.loader.exec_module(mod)
+    except Exception as e:  # the user's file: any error it raises is theirs to fix
+        raise SpecError(f"cannot load {p}: {_one_line(e)}") from e
     if not hasattr(mod, fn):
         raise SpecError(f"{p} has no function {fn!r}")
     return getattr(mod, fn)
@@ -62,27 +66,53 @@ def build_workload(spec: str, seed: int = 0, fake: bool = False) -> Workload:
     else:
         raise _unknown(spec)
     import torch
-    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    from core.frontend.workload import build_fake
 
     torch.manual_seed(seed)
-    if not fake:
-        return make()
-    with FakeTensorMode(allow_non_fake_inputs=True):
-        return make()
+    try:
+        return build_fake(make) if fake else make()
+    except (SpecError, GraphError):
+        raise
+    except Exception as e:  # a user's factory: report it as one line, not a traceback
+        if spec in sample_graphs.NAMES:
+            raise
+        raise SpecError(f"{spec} failed: {_one_line(e)}") from e
 
 
-def capture_spec(spec: str, training: bool = True, sgd_lr: float | None = None) -> Graph:
+def _one_line(e: BaseException) -> str:
+    """``Type: first line of the message, at file:line`` (the innermost frame of the user's code)."""
+    import traceback
+
+    first = str(e).strip().splitlines()[0] if str(e).strip() else ""
+    text = f"{type(e).__name__}: {first}" if first else type(e).__name__
+    if isinstance(e, SyntaxError) and e.filename:
+        return f"{text} at {e.filename}:{e.lineno}"
+    ours = tuple(str(Path(__file__).resolve().parents[1] / d) + os.sep for d in ("app", "core"))
+    frames = [f for f in traceback.extract_tb(e.__traceback__)
+              if "-packages" not in f.filename and not f.filename.startswith("<frozen")
+              and not os.path.abspath(f.filename).startswith(ours)]
+    if frames:
+        text += f" at {frames[-1].filename}:{frames[-1].lineno}"
+    return text
+
+
+def capture_spec(spec: str, training: bool = True, sgd_lr: float | None = None,
+                 progress: Callable[[str], None] | None = None) -> Graph:
     """The graph of a model spec, captured under fake tensors (a sample records its name and
-    description; a factory's workload is named after its ``name`` or the factory)."""
+    description; a factory's workload is named after its ``name`` or the factory);
+    ``progress(message)`` hears each stage."""
     if spec in sample_graphs.NAMES:
         from sample_graphs.capture import capture_sample
 
-        return capture_sample(spec, training, sgd_lr)
+        return capture_sample(spec, training, sgd_lr, progress=progress)
+    if progress:
+        progress(f"building {spec} on fake tensors")
     w = build_workload(spec, fake=True)
     from core.frontend.workload import capture_workload
 
     return capture_workload(w, training=training, name=getattr(w, "name", spec.rpartition(":")[2]),
-                            sgd_lr=sgd_lr)
+                            sgd_lr=sgd_lr, progress=progress)
 
 
 def verify_spec(spec: str, schedule: str = "traced", seed: int = 0, *, training: bool = True,

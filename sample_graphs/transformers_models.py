@@ -7,9 +7,7 @@ the KV cache is off. The two big language models use bfloat16 parameters, as in 
 
 from __future__ import annotations
 
-import contextlib
 import os
-from collections.abc import Iterator
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
@@ -18,7 +16,8 @@ import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 import transformers  # noqa: E402
 from torch import nn  # noqa: E402
-from torch._subclasses.fake_tensor import FakeTensor  # noqa: E402
+
+from core.frontend.workload import no_random_init_on_fake_tensors  # noqa: E402
 
 from .sample import Sample  # noqa: E402
 
@@ -40,8 +39,9 @@ def mlm_loss(module: nn.Module, input_ids: torch.Tensor, labels: torch.Tensor) -
 
 def _causal_lm_logits(module: nn.Module, input_ids: torch.Tensor) -> torch.Tensor:
     # An explicit all-ones attention mask (no padding), as a tokenizer would give. Without one,
-    # transformers inspects position_ids for packed sequences with a data-dependent ``.all()``,
-    # which graph capture on fake tensors cannot evaluate.
+    # transformers' eager attention inspects position_ids for packed sequences with a
+    # data-dependent ``.all()``; the frontend then traces the model in torch.export's tracing
+    # state instead (a different graph), so the samples keep the mask their graphs were made with.
     mask = torch.ones_like(input_ids)
     return _logits(module(input_ids=input_ids, attention_mask=mask, use_cache=False))
 
@@ -78,29 +78,11 @@ def _construct(cls: type[nn.Module], config: object, dtype: torch.dtype) -> nn.M
     previous = torch.get_default_dtype()
     torch.set_default_dtype(dtype)
     try:
-        with _skip_init_if_fake():
+        with no_random_init_on_fake_tensors():
             module = cls(config)
     finally:
         torch.set_default_dtype(previous)
     return module.train()
-
-
-@contextlib.contextmanager
-def _skip_init_if_fake() -> Iterator[None]:
-    """Under ``FakeTensorMode`` skip transformers' random weight init (weight tying still runs).
-
-    Fake tensors carry no values, so init is pointless there, and some init functions cannot run on
-    them at all (``trunc_normal_``, used by ViT, loops on a data-dependent ``mask.any()``).
-    """
-    if not isinstance(torch.empty(()), FakeTensor):
-        yield
-        return
-    original = transformers.PreTrainedModel.initialize_weights
-    transformers.PreTrainedModel.initialize_weights = lambda self: None  # type: ignore[method-assign]
-    try:
-        yield
-    finally:
-        transformers.PreTrainedModel.initialize_weights = original  # type: ignore[method-assign]
 
 
 def _drop_bias_alias(module: nn.Module) -> None:

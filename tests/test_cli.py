@@ -148,3 +148,46 @@ def test_bad_specs_are_one_clear_line(tmp_path, capsys, args, message):
     err = capsys.readouterr().err.strip().splitlines()
     assert err[-1].startswith("magis: error: ") and message in err[-1]
     assert not (tmp_path / "x.json.gz").exists()
+
+
+def test_every_option_has_help_and_name_options_list_the_registry():
+    import argparse
+
+    from app.cli import build_parser
+    from core.cost.devices import DEVICES
+    from core.schedule.registry import SCHEDULERS
+
+    parser = build_parser()
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    assert {c.dest for c in sub._choices_actions} == set(sub.choices)
+    assert all(c.help for c in sub._choices_actions)
+    named = {"schedule": SCHEDULERS, "method": SCHEDULERS, "device": DEVICES}
+    seen = set()
+    for cmd, sp in sub.choices.items():
+        text = " ".join(sp.format_help().split())
+        for act in sp._actions:
+            if isinstance(act, argparse._HelpAction):
+                continue
+            assert act.help, f"magis {cmd} {act.option_strings or act.dest} has no help"
+            if act.dest in named:
+                seen.add(act.dest)
+                assert all(name in act.help for name in named[act.dest]), (cmd, act.dest)
+                assert ", ".join(sorted(named[act.dest])) in text
+    assert seen == set(named)
+
+
+def test_progress_repeats_a_long_stage():
+    import io as _io
+    import time
+
+    from app.cli import Progress
+
+    out = _io.StringIO()
+    with Progress(every=0.02, stream=out) as progress:
+        progress("Tracing the model")
+        deadline = time.monotonic() + 10
+        while "still tracing the model" not in out.getvalue() and time.monotonic() < deadline:
+            time.sleep(0.01)
+    lines = out.getvalue().splitlines()
+    assert lines[0].endswith("] Tracing the model") and lines[0].startswith("[")
+    assert any(line.endswith("... still tracing the model") for line in lines[1:])

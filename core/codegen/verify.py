@@ -25,7 +25,7 @@ import torch
 from torch import nn
 
 from ..frontend.torch_import import ImportErrorMAGIS, capture
-from ..frontend.workload import Workload, capture_workload, workload_fns
+from ..frontend.workload import Workload, build_fake, capture_workload, workload_fns
 from ..ir.graph import Graph, NodeKind, TRef
 from ..simulate import simulate
 from .emit import generate_source, is_constant
@@ -346,17 +346,14 @@ def _safe(s: str) -> str:
 def capture_real(w: Workload, *, name: str | None = None, training: bool = True,
                  rebuild: Callable[[], Workload] | None = None) -> Graph:
     """Capture ``w`` on its real tensors.  If tracing real tensors fails and ``rebuild`` is given,
-    capture what ``rebuild()`` returns when called under ``FakeTensorMode`` instead -- an identical
+    capture what ``rebuild()`` returns when built on fake tensors (``build_fake``) instead -- an identical
     build (the builders are deterministic) whose tensors are fake."""
-    from torch._subclasses.fake_tensor import FakeTensorMode
-
     try:
         return capture_workload(w, training=training, name=name)
     except ImportErrorMAGIS:
         if rebuild is None:
             raise
-        with FakeTensorMode(allow_non_fake_inputs=True):
-            fake = rebuild()
+        fake = build_fake(rebuild)
         loss_fn, forward_fn = workload_fns(w)
         g = capture(fake.module, tuple(fake.inputs), loss_fn, forward_fn, training=training,
                     name=name or getattr(w, "name", None) or "model")

@@ -15,8 +15,11 @@ their producers; any other op to the deepest module common to the ops that produ
 
 from __future__ import annotations
 
+import contextlib
+import os
 import time
-from collections.abc import Callable
+import traceback
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -88,6 +91,17 @@ class _TrainStep(nn.Module):
         super().__init__()
         self.model = model
         self._loss_fn = loss_fn
+        self.unused: frozenset[str] = frozenset()
+
+    def named_parameters(self, prefix: str = "", recurse: bool = True,
+                         remove_duplicate: bool = True) -> Iterator[tuple[str, nn.Parameter]]:
+        """The model's parameters except the names the loss never reads (``unused``): AOTAutograd
+        gives every name it lists a gradient and refuses a name that gets none, while eager
+        autograd leaves such a parameter's ``.grad`` None.  A name left out keeps its parameter
+        as a constant of the trace."""
+        for n, p in super().named_parameters(prefix, recurse, remove_duplicate):
+            if n not in self.unused:
+                yield n, p
 
     def forward(self, *inputs: torch.Tensor) -> tuple[torch.Tensor]:
         return (self._loss_fn(self.model, *inputs),)
@@ -112,6 +126,9 @@ def _strip(name: str) -> str:
     return name.removeprefix("model.")
 
 
+Progress = Callable[[str], None]
+
+
 def capture(
     model: nn.Module,
     inputs: tuple[torch.Tensor, ...],
@@ -120,6 +137,7 @@ def capture(
     training: bool = True,
     name: str = "model",
     sgd_lr: float | None = None,
+    progress: Progress | None = None,
 ) -> Graph:
     """Capture ``model`` on example ``inputs`` as a Graph.
 
@@ -127,22 +145,44 @@ def capture(
     that requires grad); ``sgd_lr`` appends a plain SGD update ``p - lr * grad``.
     training=False: the forward pass (``forward_fn(model, *inputs)`` or ``model(*inputs)``).
     Inputs may be real, fake or meta tensors; pass fake tensors for big models.
-    """
-    from torch._functorch.aot_autograd import aot_export_module
+    ``progress(message)`` is called at each stage (tracing, converting, checking).
 
+    The model is traced as eager PyTorch would run it.  If that needs a tensor's value (fake
+    tensors have none: e.g. a library checking whether an attention mask has padding), it is
+    traced again in torch.export's tracing state, where libraries take the paths written for
+    export (:func:`export_tracing_state`); ``meta["traced_as"]`` records which state it took.
+    A model that still needs a value raises :class:`ImportErrorMAGIS` naming what and where.
+    """
     if training and loss_fn is None:
         raise ImportErrorMAGIS("a training graph needs a loss function")
+    say = progress or (lambda _msg: None)
     t0 = time.perf_counter()
     wrapper: nn.Module = _TrainStep(model, loss_fn) if training else _Forward(model, forward_fn)
-    try:
-        if training:
-            gm, sig = aot_export_module(wrapper, tuple(inputs), trace_joint=True, output_loss_index=0)
-        else:
-            with torch.no_grad():
-                gm, sig = aot_export_module(wrapper, tuple(inputs), trace_joint=False)
-    except Exception as e:  # torch raises many exception types while tracing
-        msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        raise ImportErrorMAGIS(f"could not capture the model: {type(e).__name__}: {msg}") from e
+    what = "forward, loss and backward" if training else "the forward pass"
+    say(f"tracing {what} with AOTAutograd on fake tensors")
+    traced_as = "eager"
+    while True:
+        state = export_tracing_state() if traced_as == "export" else contextlib.nullcontext()
+        try:
+            with state:
+                gm, sig = _trace(wrapper, inputs, training)
+            break
+        except Exception as e:  # torch raises many exception types while tracing
+            if isinstance(e, DATA_DEPENDENT) and traced_as == "eager":
+                say(f"it needs a tensor value ({_where(e, short=True)}); tracing again in "
+                    f"torch.export's tracing state")
+                traced_as = "export"
+            elif (isinstance(wrapper, _TrainStep) and not wrapper.unused
+                  and "did not receive a gradient" in str(e)):
+                with state:
+                    wrapper.unused = _unused_parameters(wrapper, inputs)
+                if not wrapper.unused:
+                    raise ImportErrorMAGIS(describe_capture_error(e)) from e
+                say(f"the loss does not read {', '.join(sorted(_strip(n) for n in wrapper.unused))} "
+                    f"(no gradient); tracing again without them")
+            else:
+                raise ImportErrorMAGIS(describe_capture_error(e)) from e
+    say(f"converting {len(gm.graph.nodes)} fx nodes")
     g = _convert(gm, sig, training, name, inputs, _tied_parameters(model))
     if training and sgd_lr is not None:
         _append_sgd(g, sgd_lr)
@@ -154,8 +194,133 @@ def capture(
             "sgd_lr": sgd_lr,
         }
     )
+    if traced_as != "eager":
+        g.meta["traced_as"] = traced_as
+    say(f"checking the graph ({len(g)} nodes)")
     g.validate()
     return g
+
+
+def _trace(wrapper: nn.Module, inputs: tuple[torch.Tensor, ...], training: bool) -> tuple[Any, Any]:
+    from torch._functorch.aot_autograd import aot_export_module
+
+    if training:
+        return aot_export_module(wrapper, tuple(inputs), trace_joint=True, output_loss_index=0)
+    with torch.no_grad():
+        return aot_export_module(wrapper, tuple(inputs), trace_joint=False)
+
+
+def _unused_parameters(wrapper: _TrainStep, inputs: tuple[torch.Tensor, ...]) -> frozenset[str]:
+    """The parameter names (each name of a tied parameter counts) that the loss never reads: the
+    inputs of a forward-only trace that have no users."""
+    gm, sig = _trace(wrapper, inputs, training=False)
+    params = dict(sig.inputs_to_parameters)
+    return frozenset(params[n.name] for n in gm.graph.nodes
+                     if n.op == "placeholder" and n.name in params and not n.users)
+
+
+@contextlib.contextmanager
+def export_tracing_state() -> Iterator[None]:
+    """``torch.compiler.is_compiling()`` and ``is_exporting()`` report True, as they do while
+    ``torch.export`` traces a model.  Libraries check them to avoid reading tensor values while
+    tracing: transformers then builds the attention mask with tensor ops instead of testing
+    whether it has padding (``masking_utils._ignore_causal_mask_sdpa``) and skips its
+    packed-sequence detection.  The computed values are the same; the graph is the one valid for
+    any input values (e.g. it materialises the mask that eager mode skips when there is no padding)."""
+    from torch._export.utils import _compiling_state_context
+
+    with _compiling_state_context():
+        yield
+
+
+def _data_dependent_errors() -> tuple[type[BaseException], ...]:
+    from torch._subclasses.fake_tensor import DataDependentOutputException, DynamicOutputShapeException
+    from torch.fx.experimental.symbolic_shapes import GuardOnDataDependentSymNode
+
+    return (DataDependentOutputException, DynamicOutputShapeException, GuardOnDataDependentSymNode)
+
+
+DATA_DEPENDENT = _data_dependent_errors()
+
+_TORCH_DIR = os.path.dirname(torch.__file__) + os.sep
+_CORE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
+_STDLIB_DIR = os.path.dirname(contextlib.__file__) + os.sep
+
+
+def _frames(e: BaseException) -> list[traceback.FrameSummary]:
+    """The frames ``e`` went through, outermost first, without torch's, this package's and the
+    standard library's own frames (what is left is the model's code and the libraries it uses)."""
+    out = []
+    for fs in traceback.extract_tb(e.__traceback__):
+        f = os.path.abspath(fs.filename)
+        if f.startswith((_TORCH_DIR, _CORE_DIR)) or (f.startswith(_STDLIB_DIR) and "-packages" not in f):
+            continue
+        out.append(fs)
+    return out
+
+
+def _is_library(fs: traceback.FrameSummary) -> bool:
+    return f"{os.sep}site-packages{os.sep}" in fs.filename or f"{os.sep}dist-packages{os.sep}" in fs.filename
+
+
+def _show_path(fs: traceback.FrameSummary) -> str:
+    f = fs.filename
+    for marker in ("site-packages", "dist-packages"):
+        if f"{os.sep}{marker}{os.sep}" in f:
+            return f.split(f"{os.sep}{marker}{os.sep}", 1)[1]
+    try:
+        rel = os.path.relpath(f)
+    except ValueError:
+        return f
+    return f if rel.startswith("..") else rel
+
+
+def _where(e: BaseException, short: bool = False) -> str:
+    """``file:line in function: `source``` of the innermost model or library frame of ``e``; when
+    that frame is in an installed library, also the innermost frame of the user's own code that
+    called it."""
+    frames = _frames(e)
+    if not frames:
+        return "inside torch"
+    inner = frames[-1]
+    text = f"{_show_path(inner)}:{inner.lineno} in {inner.name}"
+    if short:
+        return text
+    if inner.line:
+        text += f": `{inner.line.strip()}`"
+    if _is_library(inner):
+        own = [fs for fs in frames if not _is_library(fs)]
+        if own:
+            text += f" (called from {_show_path(own[-1])}:{own[-1].lineno})"
+    return text
+
+
+def describe_capture_error(e: BaseException) -> str:
+    """One line for a failed capture: what went wrong, where (the innermost frame of the model's
+    code or its library, and the user's own line that led there) and a hint."""
+    from torch._subclasses.fake_tensor import (
+        DataDependentOutputException,
+        DynamicOutputShapeException,
+        UnsupportedOperatorException,
+    )
+    from torch.fx.experimental.symbolic_shapes import GuardOnDataDependentSymNode
+
+    first = str(e).strip().splitlines()[0] if str(e).strip() else ""
+    if isinstance(e, (DataDependentOutputException, GuardOnDataDependentSymNode)):
+        what = "the model reads a tensor's value in Python (a branch, .item(), .tolist(), bool())"
+        hint = ("capture runs on fake tensors that have shapes but no values; compute it with tensor "
+                "ops (torch.where, masking) or pass it as a Python number")
+    elif isinstance(e, DynamicOutputShapeException):
+        what = f"{first or 'an op'} returns a shape that depends on tensor values"
+        hint = ("nonzero, unique, masked_select and boolean-mask indexing have no fixed output shape; "
+                "use torch.where or a fixed-size mask")
+    elif isinstance(e, UnsupportedOperatorException):
+        what = f"{first or 'an op'} has no fake-tensor (meta) implementation"
+        hint = "use an equivalent standard PyTorch op, or register a meta kernel for the custom op"
+    else:
+        what = f"{type(e).__name__}: {first}" if first else type(e).__name__
+        hint = "the model must run under torch.export-style tracing with fixed example input shapes"
+    return f"could not capture the model: {what}, at {_where(e)}; hint: {hint}"
 
 
 def _tied_parameters(model: nn.Module) -> dict[str, str]:
@@ -168,8 +333,9 @@ def _tied_parameters(model: nn.Module) -> dict[str, str]:
 def _convert(gm: torch.fx.GraphModule, sig: Any, training: bool, name: str,
              inputs: tuple[torch.Tensor, ...], ties: dict[str, str] | None = None) -> Graph:
     """FX joint graph -> Graph.  A tied weight is one input under its ``named_parameters()`` name
-    (AOTAutograd lists each alias name as its own input) and its gradient is the sum of the
-    per-alias partial gradients, as eager autograd accumulates them."""
+    (AOTAutograd lists each alias name as its own input; the loss may read it under another
+    name only) and its gradient is the sum of the per-alias partial gradients, as eager autograd
+    accumulates them."""
     ties = ties or {}
     g = Graph(name)
     env: dict[str, Any] = {}  # fx node name -> TRef or tuple of TRefs
@@ -193,14 +359,12 @@ def _convert(gm: torch.fx.GraphModule, sig: Any, training: bool, name: str,
     # canonical parameters first, so that alias names can point at them
     placeholders.sort(key=lambda n: n.name in params and _strip(params[n.name]) in ties)
     for n in placeholders:
-        if n.name in params and _strip(params[n.name]) in ties:
-            canon = ties[_strip(params[n.name])]
-            if canon not in param_nodes:
-                raise ImportErrorMAGIS(f"tied parameter {params[n.name]} without its canonical {canon}")
-            env[n.name] = param_nodes[canon]
+        if n.name in params and ties.get(_strip(params[n.name])) in param_nodes:
+            env[n.name] = param_nodes[ties[_strip(params[n.name])]]
             continue
-        if n.name in params:
-            target, kind = "param:" + _strip(params[n.name]), TensorKind.WEIGHT
+        if n.name in params:  # a tied weight is named as named_parameters() names it
+            pname = _strip(params[n.name])
+            target, kind = "param:" + ties.get(pname, pname), TensorKind.WEIGHT
         elif n.name in buffers:
             target, kind = "buffer:" + _strip(buffers[n.name]), TensorKind.WEIGHT
         elif n.name in user_inputs:
