@@ -55,9 +55,11 @@ class FTree:
 
 
 def hot_bytes(g: Graph, order: list[int]) -> dict[TRef, int]:
-    """The memory hot-spot storages (MAGIS H) of ``g`` under ``order`` -> bytes."""
+    """The memory hot-spot storages (MAGIS H) of ``g`` under ``order`` -> bytes: every storage
+    alive at a peak step, weights and inputs included (they are alive at every step, so an F-Trans
+    reading them adds nothing: Eq. 4 charges only inputs outside H)."""
     prof = memory_profile(g, order, validate=False)
-    return {s.root: s.nbytes for s in prof.hotspots() if s.alloc >= 0 and not s.scratch}
+    return {s.root: s.nbytes for s in prof.hotspots() if not s.scratch}
 
 
 def _scores(g: Graph, members: list[int], hot: dict[TRef, int], n: int) -> tuple[list[int], list[int], list[float], list[list[int]]]:
