@@ -166,6 +166,7 @@ def cmd_export(a: argparse.Namespace) -> dict[str, Any]:
 
 
 TRANSFORM_OPTIONS = {  # option -> rule, and what its value names
+    "--enable": ("fission", "ID[:N]"),
     "--remat": ("remat", "TENSOR:USER"),
     "--swap": ("swap", "TENSOR:USER"),
     "--deremat": ("deremat", "COPY"),
@@ -190,12 +191,18 @@ def cmd_transform(a: argparse.Namespace) -> dict[str, Any]:
     from core.transform.manual import apply_by_names
 
     if not a.steps:
-        raise ValueError("nothing to apply: give --remat, --swap, --deremat or --deswap")
+        raise ValueError("nothing to apply: give --enable, --remat, --swap, --deremat or --deswap")
     g = load_graph(a.file)
     before = simulate(g, get_scheduler("traced").run(g).order)
+    ftree = None
+    if any(rule == "fission" for rule, _ in a.steps):
+        from core.analysis.ftree import build_ftree
+
+        ftree = build_ftree(g)  # node ids refer to the F-Tree of the input graph (`magis ftree`)
+    enabled: set[int] = set()
     done = []
     for rule, value in a.steps:
-        app, desc = apply_by_names(g, rule, value)
+        app, desc = apply_by_names(g, rule, value, ftree, enabled)
         done.append({"rule": rule, "spec": value, "application": str(app), "change": desc})
         if not a.json:
             print(f"{rule} {value}: {desc}", file=sys.stderr)
@@ -215,6 +222,32 @@ def cmd_transform(a: argparse.Namespace) -> dict[str, Any]:
               f"  (compute waits {after.compute_wait * 1e3:.3f} ms for loads)")
         if after.memory.host_peak:
             print(f"  host     {format_bytes(after.memory.host_peak)} swapped out at most")
+    return res
+
+
+def cmd_ftree(a: argparse.Namespace) -> dict[str, Any]:
+    """``magis ftree``: the F-Tree of a graph (MAGIS Algorithm 1) -- the fission candidates."""
+    from core.analysis.ftree import build_ftree
+
+    g = load_graph(a.file)
+    ft = build_ftree(g, levels=a.levels)
+    rows = [{"id": f.id, "parent": f.parent, "dimension": ft.dgraph.describe(f.split.comp),
+             "ops": len(f.split.nodes), "heat_bytes": f.heat, "score": f.score, "level": f.level, "n": f.n,
+             "length": f.split.length, "divisors": f.split.divisors()[:8],
+             "outputs": [f"{c[0]} {c[1]}" if c[1] is not None else c[0] for c in f.split.combine],
+             "first_op": g[f.split.nodes[0]].name} for f in ft.nodes]
+    res = {"graph": g.name, "nodes": rows, "rejected": ft.rejected}
+    if a.json:
+        print(json.dumps(res, indent=1))
+        return res
+    print(f"{g.name}: F-Tree of {len(rows)} candidates ({ft.rejected} picked sub-graphs were not valid "
+          f"splits); enable one with `magis transform FILE --enable ID[:N] -o OUT`")
+    print(f"{'id':>4} {'parent':>6} {'ops':>5} {'heat':>11} {'score':>11} {'lvl':>3} {'len':>5}  dimension / first op")
+    for r in rows:
+        parent = "-" if r["parent"] is None else str(r["parent"])
+        print(f"{r['id']:>4} {parent:>6} {r['ops']:>5} {format_bytes(r['heat_bytes']):>11} "
+              f"{format_bytes(max(0, int(r['score']))):>11} {r['level']:>3} {r['length']:>5}  "
+              f"{r['dimension']} / {r['first_op']}")
     return res
 
 
@@ -290,13 +323,20 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--json", action="store_true", help="print the result as one JSON object")
     s.set_defaults(fn=cmd_export)
 
-    s = sub.add_parser("transform", help="apply rules by hand (rematerialization, swapping) to a graph file",
+    s = sub.add_parser("ftree", help="the F-Tree of a graph: its fission candidates (MAGIS Algorithm 1)")
+    s.add_argument("file", help="graph file or sample name")
+    s.add_argument("--levels", type=int, default=4, metavar="L", help="score levels L (default: %(default)s)")
+    s.add_argument("--json", action="store_true", help="print the tree as JSON")
+    s.set_defaults(fn=cmd_ftree)
+
+    s = sub.add_parser("transform", help="apply rules by hand (fission, rematerialization, swapping) to a graph file",
                        description="Apply rule applications in command-line order and write the new graph. "
                                    "TENSOR is a node name (NAME#J for output J of a multi-output op), USER a "
                                    "node reading it; node names as `magis info` and the app show them.")
     s.add_argument("file", help="graph file or sample name")
     for opt, (rule, what) in TRANSFORM_OPTIONS.items():
-        helps = {"remat": "USER reads a recomputed copy of TENSOR", "swap": "TENSOR is stored to the host "
+        helps = {"fission": "split F-Tree node ID (from `magis ftree`) into N parts (default 2)",
+                 "remat": "USER reads a recomputed copy of TENSOR", "swap": "TENSOR is stored to the host "
                  "after it is produced and loaded back for USER", "deremat": "merge a recomputed copy into its "
                  "original", "deswap": "take back a LOAD (and its STORE once unused)"}
         s.add_argument(opt, action=_Step, dest="steps", metavar=what, default=[], help=helps[rule] + " (repeatable)")

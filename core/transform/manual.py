@@ -1,11 +1,12 @@
 """Rule applications named by node names, as a user writes them (``magis transform``):
 ``remat``/``swap`` take ``TENSOR:USER`` (``NAME#J`` for output J of a multi-output op), ``deremat``
-a recomputed copy's name and ``deswap`` a LOAD's name."""
+a recomputed copy's name, ``deswap`` a LOAD's name and ``fission`` an F-Tree node ``ID[:N]``."""
 
 from __future__ import annotations
 
 import difflib
 
+from ..analysis.ftree import FTree
 from ..ir.graph import Graph, Node, TRef
 from .registry import get_rule
 from .rule import Application
@@ -30,6 +31,26 @@ def tensor_named(g: Graph, text: str) -> TRef:
     return TRef(node.id, int(j))
 
 
+def fission_application(g: Graph, value: str, ftree: FTree, enabled: set[int]) -> Application:
+    """``ID`` or ``ID:N`` of an F-Tree node of ``g`` (n defaults to 2)."""
+    fid, _, n_text = value.partition(":")
+    if not fid.isdigit() or int(fid) >= len(ftree.nodes):
+        raise ValueError(f"--enable {value!r}: no F-Tree node {fid!r} (the tree has {len(ftree.nodes)} "
+                         f"nodes, ids 0-{len(ftree.nodes) - 1}; see `magis ftree`)")
+    f = ftree.nodes[int(fid)]
+    n = int(n_text) if n_text.isdigit() else 2 if not n_text else -1
+    if n < 2 or f.split.length % n:
+        raise ValueError(f"--enable {value!r}: n must divide the split dimension of size {f.split.length} "
+                         f"({', '.join(map(str, f.split.divisors()[:8]))}...)")
+    nodes = set(f.split.nodes)
+    if nodes & enabled:
+        raise ValueError(f"--enable {value!r}: F-Tree node {f.id} overlaps a node enabled before it; "
+                         f"nested fission is not supported yet")
+    if any(v not in g.nodes for v in nodes):
+        raise ValueError(f"--enable {value!r}: a rule applied before it removed part of its sub-graph")
+    return Application("fission", (n, *f.split.comp, *sorted(nodes)))
+
+
 def application_by_names(g: Graph, rule: str, value: str) -> Application:
     """The application of ``rule`` that ``value`` names in ``g``."""
     get_rule(rule)
@@ -45,9 +66,18 @@ def application_by_names(g: Graph, rule: str, value: str) -> Application:
     return Application(rule, (node_named(g, value).id,))
 
 
-def apply_by_names(g: Graph, rule: str, value: str) -> tuple[Application, str]:
-    """Apply what ``value`` names; returns the application and a line saying what changed."""
-    app = application_by_names(g, rule, value)
+def apply_by_names(g: Graph, rule: str, value: str, ftree: FTree | None = None,
+                   enabled: set[int] | None = None) -> tuple[Application, str]:
+    """Apply what ``value`` names (``fission``: an F-Tree node of ``ftree``, disjoint from the
+    ``enabled`` ops); returns the application and a line saying what changed."""
+    if rule == "fission":
+        if ftree is None:
+            raise ValueError("--enable needs the graph's F-Tree")
+        app = fission_application(g, value, ftree, enabled if enabled is not None else set())
+        if enabled is not None:
+            enabled.update(app.params[4:])
+    else:
+        app = application_by_names(g, rule, value)
     log = get_rule(rule).apply(g, app)
     added = [g[v].name for v in log.added()]
     removed = sorted({e.nid for e in log.edits if e.kind == "erase"})
