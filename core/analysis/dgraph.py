@@ -18,7 +18,11 @@ axis in D, e.g. weight gradients along the batch).  The constraints, checked in 
   of G[S] is a D-edge between those nodes; an input from outside S is either sliced along the one dim
   its reader links into D, or read whole (shared);
 * a reduce axis leaves S only as an output combined by summing (a partial sum is never read inside S),
-  and an op whose output is summed over the parts adds no shared bias.
+  and an op whose output is summed over the parts adds no shared bias;
+* a mean loss (``ir.ops.MEAN_LOSSES``) is summed by the parts and divided once after them; its
+  backward divides by the full count (the total weight, computed before the parts, or n times the
+  part's element count); a ``ones_like`` of the loss (the backward's seed) is rebuilt without
+  reading the loss, so the loss and its backward can share one sub-graph.
 """
 
 from __future__ import annotations
@@ -110,6 +114,11 @@ class Split:
     in_dims: list[int | None] = field(default_factory=list)  # sliced along / None: shared
     outputs: list[TRef] = field(default_factory=list)  # tensors of S read outside S (or graph outputs)
     combine: list[tuple[str, int | None]] = field(default_factory=list)  # ("cat", dim) / ("sum", None)
+    # mean losses (ir.ops.MEAN_LOSSES): each part sums, the sum is divided after the parts
+    mean_losses: list[int] = field(default_factory=list)
+    tw_from: dict[int, int] = field(default_factory=dict)  # nll backward -> the nll forward of its total weight
+    scale_grad: list[int] = field(default_factory=list)  # mse backward (mean): grad_output / n per part
+    decouple: list[int] = field(default_factory=list)  # ones_like & co. outside S reading S: made input-free
 
     def divisors(self) -> list[int]:
         """The fission numbers n > 1 that divide the split dim."""
@@ -120,13 +129,25 @@ class SplitError(ValueError):
     """An F-Trans that breaks one of the constraints (the message says which)."""
 
 
+VALUE_FREE = ("aten.ones_like.default", "aten.zeros_like.default", "aten.empty_like.default",
+              "aten.full_like.default")  # their values do not depend on their input's values
+
+
+def value_free(g: Graph, v: int) -> bool:
+    """An op whose output depends only on its input's shape (F-Trans rebuilds it input-free)."""
+    n = g.nodes[v]
+    return n.kind == NodeKind.OP and n.op in VALUE_FREE
+
+
 def _convex(g: Graph, s: set[int]) -> bool:
-    """No path from S through nodes outside S back into S."""
-    frontier = deque(u for v in s for u in g.users(v) if u not in s)
+    """No path from S through nodes outside S back into S (value-free ops cut paths)."""
+    frontier = deque(u for v in s for u in g.users(v) if u not in s and not value_free(g, u))
     seen = set(frontier)
     while frontier:
         v = frontier.popleft()
         for u in g.users(v):
+            if value_free(g, u):
+                continue
             if u in s:
                 return False
             if u not in seen:
@@ -181,12 +202,31 @@ def plan_split(g: Graph, dg: DGraph, nodes: Iterable[int], comp: Key) -> Split:
     length = 0
     in_dims: dict[TRef, int | None] = {}
     inputs: list[TRef] = []
+    mean_losses, tw_from, scale_grad = [], {}, []
+    for v in order:
+        n = g.nodes[v]
+        red = ops.reduction_of(n)
+        if n.op in ops.MEAN_LOSSES and red == 1:
+            if n.op != "aten.mse_loss.default" and len(n.args) > 2 and n.args[2] is not None:
+                raise SplitError(f"{n.name!r}: a mean loss with class weights is not split")
+            mean_losses.append(v)
+        elif n.op in ops.MEAN_LOSS_GRADS and red == 1:
+            if n.op == "aten.mse_loss_backward.default":
+                scale_grad.append(v)
+            else:
+                tw = n.args[6] if len(n.args) > 6 else None
+                if isinstance(tw, TRef) and tw.node in s:
+                    if g.nodes[tw.node].op not in ops.MEAN_LOSSES:
+                        raise SplitError(f"{n.name!r}: its total weight is computed inside the sub-graph")
+                    tw_from[v] = tw.node
     for v in order:
         n = g.nodes[v]
         links = dg.links[v]
         for i, r in enumerate(n.inputs()):
             if r.node in s:
                 dr = out_dims[r]
+                if v in tw_from and r == TRef(tw_from[v], 1):
+                    continue  # the full total weight replaces it (computed before the parts)
                 if dr < 0:
                     raise SplitError(f"{n.name!r} reads a partial sum of {g.nodes[r.node].name!r} inside "
                                      f"the sub-graph")
@@ -251,7 +291,9 @@ def plan_split(g: Graph, dg: DGraph, nodes: Iterable[int], comp: Key) -> Split:
         if ops.rescale_args(n, full, n.outputs, split_in) is None:
             raise SplitError(f"{n.name!r} ({n.op}): the registry does not know how its arguments "
                              f"change when the split dim shrinks")
-    return Split(order, comp, length, out_dims, inputs, [in_dims[r] for r in inputs], outputs, combine)
+    decouple = sorted({u for v in order for u in g.users(v) if u not in s and value_free(g, u)})
+    return Split(order, comp, length, out_dims, inputs, [in_dims[r] for r in inputs], outputs, combine,
+                 mean_losses, tw_from, scale_grad, decouple)
 
 
 __all__ = ["DGraph", "Key", "Split", "SplitError", "plan_split"]

@@ -391,9 +391,9 @@ def _nll_links(c: OpCtx) -> list[DimLink]:
     x = c.ins[0].shape
     if reduction == 0:
         return [DimLink(0, 0, 0, 0), DimLink(1, 0, 0, 0)]
-    if reduction == 2 and len(x) == 2:
-        return [DimLink(0, 0, 0, -1), DimLink(1, 0, 0, -1)]
-    return []  # mean: partial means do not add up
+    if len(x) == 2 and len(c.ins) >= 2:  # sum or mean (split: summed, then divided, see MEAN_LOSSES)
+        return [DimLink(i, 0, j, -1) for i in (0, 1) for j in range(len(c.outs))]
+    return []
 
 
 def _nll_bwd_links(c: OpCtx) -> list[DimLink]:
@@ -487,10 +487,8 @@ def _mse_links(c: OpCtx) -> list[DimLink]:
     reduction = c.arg(2, 1)
     if reduction == 0:
         return _pointwise(c)
-    if reduction == 2:
-        return [DimLink(i, d, 0, -(d + 1)) for i in (0, 1) for d in range(len(c.ins[i].shape))
-                if c.ins[i].shape[d] > 1]
-    return []
+    return [DimLink(i, d, 0, -(d + 1)) for i in (0, 1) for d in range(len(c.ins[i].shape))  # sum or mean
+            if c.ins[i].shape[d] > 1]
 
 
 def _nll2d_bwd_links(c: OpCtx) -> list[DimLink]:
@@ -508,7 +506,11 @@ def _nll2d_links(c: OpCtx) -> list[DimLink]:
     if c.arg(3, 1) == 0:  # reduction none: [N, C, H, W] -> [N, H, W]
         return [DimLink(0, 0, 0, 0), DimLink(1, 0, 0, 0)] + [
             DimLink(i, d + (1 if i == 0 else 0), 0, d) for i in (0, 1) for d in (1, 2)]
-    return []
+    if len(c.ins) < 2:
+        return []
+    axes = [(0, 0), (2, 1), (3, 2)]  # (self dim, target dim) -> reduce axes 1, 2, 3
+    return [DimLink(i, (a if i == 0 else b), j, -(k + 1)) for k, (a, b) in enumerate(axes)
+            for i in (0, 1) for j in range(len(c.outs))]
 
 
 def _gather_links(c: OpCtx) -> list[DimLink]:
@@ -755,3 +757,23 @@ def added_once(node: Node) -> TRef | None:
         return None
     a = node.args[pos]
     return a if isinstance(a, TRef) else None
+
+
+# Losses with ``reduction`` (argument position) = mean: split along a reduce axis, each part computes
+# the sum (reduction 2) and the combined sum is divided after the parts (``transform.fission``) --
+# by the count of counted targets (nll: the summed total weight) or by the number of elements (mse).
+MEAN_LOSSES = {A + "nll_loss_forward.default": 3, A + "nll_loss2d_forward.default": 3, A + "mse_loss.default": 2}
+# Their backward ops with reduction = mean: each part must divide by the full count, not its own
+# (nll: the total weight argument, position 6; mse: the number of elements, via grad_output).
+MEAN_LOSS_GRADS = {A + "nll_loss_backward.default": 4, A + "nll_loss2d_backward.default": 4,
+                   A + "mse_loss_backward.default": 3}
+
+
+def reduction_of(node: Node) -> int | None:
+    """The ``reduction`` argument of a loss op (0 none, 1 mean, 2 sum), None for other ops."""
+    pos = MEAN_LOSSES.get(node.op, MEAN_LOSS_GRADS.get(node.op))
+    if pos is None:
+        return None
+    if pos < len(node.args):
+        return node.args[pos]
+    return node.kwargs.get("reduction", 1)

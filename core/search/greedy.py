@@ -4,6 +4,8 @@ simplest use of the rules and the baselines the M-Optimizer's search must beat.
 
 * :func:`greedy_remat` -- Remat on the hot-spot tensors, each child evaluated as a delta by
   ``search.delta.DeltaEvaluator`` (the changed window rescheduled, MAGIS Algorithm 2).
+* :func:`greedy_fission` -- F-Tree nodes in order of score (Eq. 4), each enabled at the n of
+  {2, 4, 8} that lowers the simulated peak most, when it does; sub-graphs stay disjoint.
 * :func:`greedy_swap` -- Swap on the hot-spot tensors, the copies placed on the copy stream
   (``schedule.placement``) and timed by the simulator.  Every candidate is first estimated on the
   memory curve (the stored tensor is gone from just after its last other reader to just before its
@@ -154,4 +156,64 @@ def greedy_swap(g: Graph, order: list[int], cost: CostModel | None = None, max_s
                         time.perf_counter() - t0, stopped)
 
 
-__all__ = ["GreedyResult", "greedy_remat", "greedy_swap"]
+def greedy_fission(g: Graph, order: list[int] | None = None, cost: CostModel | None = None,
+                   time_budget: float = 60.0, ns: tuple[int, ...] = (2, 4, 8),
+                   progress: Callable[[str], None] | None = None) -> GreedyResult:
+    """Enable F-Tree nodes of ``g`` (built on ``order``'s hot-spots) best score first; each one at
+    the n of ``ns`` with the lowest simulated peak (traced order), kept only if it lowers the peak."""
+    from ..analysis.dgraph import DGraph, SplitError, plan_split
+    from ..analysis.ftree import build_ftree
+    from ..schedule.baselines import TracedOrder
+    from ..transform.fission import Fission
+
+    t0 = time.perf_counter()
+    cost = cost or AnalyticCost()
+    h = g.copy()
+    ft = build_ftree(h, order)
+    rule = Fission()
+
+    def run(graph: Graph) -> tuple[list[int], SimResult]:
+        o = TracedOrder().order(graph)
+        return o, simulate(graph, o, cost, validate=False)
+
+    cur_order, sim = run(h)
+    apps: list[Application] = []
+    used: set[int] = set()
+    evaluated = simulated = 0
+    stopped = "every F-Tree node tried"
+    for f in sorted(ft.nodes, key=lambda f: -f.score):
+        if time.perf_counter() - t0 > time_budget:
+            stopped = f"time budget {time_budget:g} s"
+            break
+        nodes = set(f.split.nodes)
+        if nodes & used:
+            continue
+        try:
+            plan_split(h, DGraph(h), nodes, f.split.comp)
+        except SplitError:
+            continue
+        best = None
+        for n in ns:
+            if f.split.length % n:
+                continue
+            app = rule.application(n, f.split.comp, nodes)
+            log = rule.apply(h, app)
+            o, s2 = run(h)
+            evaluated += 1
+            simulated += 1
+            rule.inverse(h, log)
+            if s2.peak < sim.peak and (best is None or (s2.peak, s2.latency) < (best[2].peak, best[2].latency)):
+                best = (app, o, s2)
+        if best is None:
+            continue
+        app, cur_order, sim = best
+        rule.apply(h, app)
+        apps.append(app)
+        used |= nodes
+        if progress:
+            progress(f"fission F-Tree node {f.id} n={app.params[0]}: peak {sim.peak} latency {sim.latency:.6f}")
+    return GreedyResult(h, cur_order, sim.peak, sim.latency, apps, evaluated, simulated,
+                        time.perf_counter() - t0, stopped)
+
+
+__all__ = ["GreedyResult", "greedy_fission", "greedy_remat", "greedy_swap"]

@@ -13,7 +13,7 @@ from collections.abc import Iterable
 
 from ..analysis.dgraph import DGraph, Key, Split, SplitError, plan_split
 from ..ir import ops
-from ..ir.graph import FissionSpec, Graph, NodeKind, TensorMeta, TRef, map_refs
+from ..ir.graph import FissionSpec, Graph, NodeKind, TensorMeta, TorchConst, TRef, map_refs
 from .rule import Application, Rule
 
 
@@ -28,12 +28,19 @@ def _part(t: TensorMeta, d: int | None, n: int) -> TensorMeta:
     return p
 
 
-def sub_graph(g: Graph, split: Split, n: int) -> Graph:
-    """One part of G[S] as its own graph: placeholders for S's inputs (``input:k``), the ops of S
-    at part size with rescaled arguments, and S's outputs as ``output_k``."""
+def sub_graph(g: Graph, split: Split, n: int, inputs: list[TRef] | None = None,
+              tw_full: dict[int, TRef] | None = None) -> Graph:
+    """One part of G[S] as its own graph: placeholders for S's inputs (``input:k``; ``inputs``
+    overrides ``split.inputs``, e.g. after value-free inputs were rebuilt, and ``tw_full`` adds the
+    full total weight of each mean nll loss, shared), the ops of S at part size with rescaled
+    arguments (mean losses summed, their backward divided by the full count), and S's outputs as
+    ``output_k``."""
     sub = Graph(f"{g.name}:fission", {"mode": g.meta.get("mode", "train")})
     ref_map: dict[TRef, TRef] = {}
-    for k, (r, d) in enumerate(zip(split.inputs, split.in_dims, strict=True)):
+    inputs = list(split.inputs) if inputs is None else inputs
+    tw_full = tw_full or {}
+    dims = dict(zip(inputs, split.in_dims, strict=True))
+    for k, (r, d) in enumerate([*zip(inputs, split.in_dims, strict=True), *((r, None) for r in tw_full.values())]):
         src = g.nodes[r.node]
         ph = sub.add_node(name=f"{src.name}_part" if d is not None else src.name, op="placeholder",
                           kind=NodeKind.PLACEHOLDER, outputs=[_part(g.tensor(r), d, n)],
@@ -42,8 +49,7 @@ def sub_graph(g: Graph, split: Split, n: int) -> Graph:
     for v in split.nodes:
         node = g.nodes[v]
         full_ins = [g.tensor(r) for r in node.inputs()]
-        in_split = [split.out_dims[r] if r in split.out_dims else split.in_dims[split.inputs.index(r)]
-                    for r in node.inputs()]
+        in_split = [split.out_dims[r] if r in split.out_dims else dims.get(r) for r in node.inputs()]
         outs = []
         for j, t in enumerate(node.outputs):
             p = _part(t, split.out_dims[TRef(v, j)], n)
@@ -54,14 +60,45 @@ def sub_graph(g: Graph, split: Split, n: int) -> Graph:
         if new is None:
             raise SplitError(f"{node.name!r} ({node.op}): arguments cannot be rescaled")
         args, kwargs = new
-        m = sub.add_node(name=node.name, op=node.op, kind=NodeKind.OP, args=map_refs(args, ref_map.__getitem__),
-                         kwargs=map_refs(kwargs, ref_map.__getitem__), outputs=outs, module=node.module)
+        red = ops.MEAN_LOSSES.get(node.op, ops.MEAN_LOSS_GRADS.get(node.op))
+        if v in split.mean_losses:  # the part sums; the sum is divided after the parts
+            args, kwargs = _set_arg(args, kwargs, red, "reduction", 2)
+        if v in split.tw_from:  # divide by the full total weight, not the part's
+            args, kwargs = _set_arg(args, kwargs, 6, "total_weight", tw_full[split.tw_from[v]])
+        args, kwargs = map_refs(args, ref_map.__getitem__), map_refs(kwargs, ref_map.__getitem__)
+        if v in split.scale_grad:  # mean over a part of 1/n of the elements: grad_output / n
+            go = args[0]
+            t = copy.copy(sub.tensor(go))
+            t.alias, t.storage_bytes = None, None
+            scaled = sub.add_node(name=f"{node.name}_grad_per_part", op="aten.div.Scalar", args=[go, n],
+                                  outputs=[t], module=node.module)
+            args = [TRef(scaled.id, 0), *args[1:]]
+        part_ins = [sub.tensor(r) for r in _refs(args, kwargs)]
+        for j, b in enumerate(ops.output_storage_bytes(node.op, args, kwargs, part_ins, outs)):
+            outs[j].storage_bytes = b
+        m = sub.add_node(name=node.name, op=node.op, kind=NodeKind.OP, args=args,
+                         kwargs=kwargs, outputs=outs, module=node.module)
         for j in range(len(node.outputs)):
             ref_map[TRef(v, j)] = TRef(m.id, j)
     for k, r in enumerate(split.outputs):
         sub.outputs[f"output_{k}"] = ref_map[r]
     sub.validate()
     return sub
+
+
+def _set_arg(args: list, kwargs: dict, pos: int, name: str, value) -> tuple[list, dict]:
+    args, kwargs = list(args), dict(kwargs)
+    if pos < len(args):
+        args[pos] = value
+    else:
+        kwargs[name] = value
+    return args, kwargs
+
+
+def _refs(args: list, kwargs: dict) -> list[TRef]:
+    found: list[TRef] = []
+    map_refs([args, kwargs], lambda r: found.append(r) or r)
+    return found
 
 
 class Fission(Rule):
@@ -86,8 +123,13 @@ def apply_split(g: Graph, split: Split, n: int) -> int:
     """Replace S by its FISSION node (graph primitives only); returns the node's id."""
     if n < 2 or split.length % n:
         raise SplitError(f"n={n} does not divide the split dimension of size {split.length}")
-    sub = sub_graph(g, split, n)
     s = set(split.nodes)
+    inputs = list(split.inputs)
+    for u in split.decouple:  # ones_like(loss) & co.: rebuilt from its shape alone
+        new = _input_free(g, u)
+        inputs = [new if r == TRef(u, 0) else r for r in inputs]
+    tw_full = {f: _total_weight(g, f, s) for f in split.mean_losses if g.nodes[f].op != "aten.mse_loss.default"}
+    sub = sub_graph(g, split, n, inputs, tw_full)
     first = g.nodes[split.nodes[0]]
     outs = []
     for r in split.outputs:
@@ -95,15 +137,78 @@ def apply_split(g: Graph, split: Split, n: int) -> int:
         t.alias, t.storage_bytes = None, None
         outs.append(t)
     name = f"fission_{first.name}_{len(split.nodes)}x{n}"
-    f = g.add_node(name=name, op="fission", kind=NodeKind.FISSION, args=list(split.inputs), outputs=outs,
-                   module=first.module,
-                   fission=FissionSpec(sub, n, list(split.in_dims), [tuple(c) for c in split.combine]))
+    f = g.add_node(name=name, op="fission", kind=NodeKind.FISSION, args=inputs + list(tw_full.values()),
+                   outputs=outs, module=first.module,
+                   fission=FissionSpec(sub, n, list(split.in_dims) + [None] * len(tw_full),
+                                       [tuple(c) for c in split.combine]))
     for k, r in enumerate(split.outputs):
         outside = [u for u in g.readers(r) if u not in s]
-        g.replace_all_uses_with(r, TRef(f.id, k), only=outside, outputs=True)
+        new = TRef(f.id, k)
+        if r.node in split.mean_losses and r.index == 0:  # the summed loss / the full count
+            node = g.nodes[r.node]
+            if r.node in tw_full:
+                div = g.add_node(name=f"{node.name}_mean", op="aten.div.Tensor", args=[new, tw_full[r.node]],
+                                 outputs=[_fresh(node.outputs[0])], module=node.module)
+            else:
+                numel = g.tensor(node.inputs()[0]).numel
+                div = g.add_node(name=f"{node.name}_mean", op="aten.div.Scalar", args=[new, numel],
+                                 outputs=[_fresh(node.outputs[0])], module=node.module)
+            new = TRef(div.id, 0)
+        g.replace_all_uses_with(r, new, only=outside, outputs=True)
     for v in reversed(split.nodes):
         g.erase_node(v)
     return f.id
+
+
+def _fresh(t: TensorMeta) -> TensorMeta:
+    c = copy.copy(t)
+    c.alias, c.storage_bytes = None, None
+    return c
+
+
+def _input_free(g: Graph, u: int) -> TRef:
+    """Replace value-free op ``u`` (``ones_like(x)`` ...) by ``full(shape, value)`` with no input."""
+    node = g.nodes[u]
+    t = node.outputs[0]
+    value = {"aten.ones_like.default": 1.0, "aten.full_like.default": node.args[1] if len(node.args) > 1
+             else node.kwargs.get("fill_value", 0.0)}.get(node.op, 0.0)
+    new = g.add_node(name=f"{node.name}_full", op="aten.full.default", args=[list(t.shape), value],
+                     kwargs={"dtype": TorchConst("dtype", t.dtype), "layout": TorchConst("layout", "strided"),
+                             "device": TorchConst("device", "cpu"), "pin_memory": False},
+                     outputs=[_fresh(t)], module=node.module)
+    g.replace_all_uses_with(TRef(u, 0), TRef(new.id, 0))
+    g.erase_node(u)
+    return TRef(new.id, 0)
+
+
+def _total_weight(g: Graph, f: int, s: set[int]) -> TRef:
+    """The total weight of mean nll loss ``f`` over the whole split dim, computed before the parts:
+    the count of targets that are not ``ignore_index`` (views of the target inside S are repeated
+    outside it)."""
+    node = g.nodes[f]
+    target = node.args[1]
+    ignore = node.args[4] if len(node.args) > 4 else node.kwargs.get("ignore_index", -100)
+    chain = []
+    r = target
+    while r.node in s:
+        v = g.nodes[r.node]
+        if v.outputs[r.index].alias is None or len(v.inputs()) != 1:
+            raise SplitError(f"{node.name!r}: its target is computed inside the sub-graph")
+        chain.append((v, r.index))
+        r = v.inputs()[0]
+    for v, j in reversed(chain):  # the target's views, outside the sub-graph
+        out = copy.copy(v.outputs[j])
+        out.alias = r
+        c = g.add_node(name=f"{v.name}_full", op=v.op, args=map_refs(v.args, lambda _x, r=r: r),
+                       kwargs=map_refs(v.kwargs, lambda _x, r=r: r), outputs=[out], module=v.module)
+        r = TRef(c.id, 0)
+    t = g.tensor(r)
+    mask = g.add_node(name=f"{node.name}_counted", op="aten.ne.Scalar", args=[r, ignore],
+                      outputs=[TensorMeta(t.shape, "bool")], module=node.module)
+    tw = g.add_node(name=f"{node.name}_total_weight", op="aten.sum.default", args=[TRef(mask.id, 0)],
+                    kwargs={"dtype": TorchConst("dtype", node.outputs[1].dtype)},
+                    outputs=[_fresh(node.outputs[1])], module=node.module)
+    return TRef(tw.id, 0)
 
 
 __all__ = ["Fission", "apply_split", "sub_graph"]
