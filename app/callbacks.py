@@ -407,7 +407,7 @@ def register(app: Dash, state: AppState) -> None:
     app.clientside_callback(
         """function(d) {
             if (!d) { return ""; }
-            if (d.group) { return d.name + " · " + d.members + " nodes · " + d.bytes + " · click to expand"; }
+            if (d.group) { return d.name + " · " + d.count + " · " + d.bytes + " · click to expand"; }
             return (d.name || "") + (d.module ? " · " + d.module : "") + " · " + (d.bytes || "");
         }""",
         Output("graph-hover", "children"), Input("graph", "mouseoverNodeData"))
@@ -427,7 +427,7 @@ def register(app: Dash, state: AppState) -> None:
 
     # ---- details ----------------------------------------------------------------------------------
     @app.callback(Output("details", "children"), Input("selected", "data"), Input("live", "data"),
-                  Input("schedule", "value"), Input("device", "value"), State("model", "value"),
+                  Input("schedule", "value"), Input("device", "value"), Input("model", "value"),
                   prevent_initial_call=True)
     @guarded(1)
     def on_details(selected, live, sched, device, gid):
@@ -444,8 +444,8 @@ def register(app: Dash, state: AppState) -> None:
         if sel:
             a = state.analysis(gid, sched, device, wait=0)
             parts.append(panels.node_details(g, sel["nid"], a, entry.dom()))
-        if not parts:
-            raise PreventUpdate
+        if not parts:  # nothing of this model picked (a model switch clears the previous one's op)
+            return panels.details_hint()
         return parts
 
     # ---- summary & hot-spots ----------------------------------------------------------------------

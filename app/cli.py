@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 import sample_graphs
-from core.fmt import format_bytes
+from core.fmt import format_bytes, terminal_safe
 from core.ir import io
 from core.ir.graph import GraphError
 
@@ -121,15 +121,17 @@ def cmd_info(a: argparse.Namespace) -> dict[str, Any]:
     if a.json:
         print(json.dumps(info, indent=1))
     else:
-        print(f"{info['name']}: {info['nodes']} ops ({info['mode']}), device {info['device']}")
+        t = terminal_safe  # names come from the file: never raw escape sequences on the terminal
+        print(f"{t(info['name'])}: {info['nodes']} ops ({t(info['mode'])}), device {info['device']}")
         print(f"  weights          {format_bytes(info['weight_bytes'])}")
         print(f"  baseline peak    {format_bytes(info['baseline_peak_bytes'])}  (traced order, free after last use)")
         print(f"  est. latency     {info['latency_seconds'] * 1e3:.2f} ms")
         print("  top hot-spots:")
         for h in info["hotspots"]:
-            print(f"    {format_bytes(h['bytes']):>12}  {h['kind']:<10} {h['name']}  {h['shape']}  [{h['module']}]")
+            print(f"    {format_bytes(h['bytes']):>12}  {h['kind']:<10} {t(h['name'])}  {h['shape']}  "
+                  f"[{t(h['module'])}]")
         if info["ops_without_dim_links"]:
-            print(f"  ops without dim links (block fission): {', '.join(info['ops_without_dim_links'])}")
+            print(f"  ops without dim links (block fission): {t(', '.join(info['ops_without_dim_links']))}")
     return info
 
 
@@ -147,7 +149,7 @@ def cmd_schedule(a: argparse.Namespace) -> dict[str, Any]:
     res = {"graph": g.name, "method": a.method, "peak_bytes": s.peak, "seconds": round(s.seconds, 4),
            **{k: v for k, v in s.info.items() if isinstance(v, (int, float, str, bool))}}
     print(json.dumps(res) if a.json else
-          f"{a.method}: peak {format_bytes(s.peak)} ({s.peak} B), scheduled in {s.seconds:.3f} s")
+          f"{terminal_safe(a.method)}: peak {format_bytes(s.peak)} ({s.peak} B), scheduled in {s.seconds:.3f} s")
     return res
 
 
@@ -370,13 +372,22 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def error_line(e: BaseException, limit: int = 400) -> str:
+    """One terminal-safe line for an error a user caused (newlines and escapes written out)."""
+    text = terminal_safe(" ".join(str(e).split("\n")))
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run ``magis`` with ``argv`` (default: the process arguments); the exit status."""
+    for stream in (sys.stdout, sys.stderr):  # whatever the terminal's encoding: never a codec error
+        if hasattr(stream, "reconfigure"):
+            stream.reconfigure(errors="backslashreplace")
     args = build_parser().parse_args(argv)
     try:
         args.fn(args)
     except (GraphError, ValueError, FileNotFoundError, PermissionError) as e:
-        print(f"magis: error: {e}", file=sys.stderr)
+        print(f"magis: error: {error_line(e)}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("magis: interrupted", file=sys.stderr)

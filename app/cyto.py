@@ -154,7 +154,8 @@ def graph_elements(g: Graph, tree: ModuleTree, expanded: set[Path], tok: str, he
             data = {"id": eid(key), "group": path_str(path), "label": f"{lbl}\n{count} · {format_bytes(leaf_bytes[key])}",
                     "color": colors[key], "fg": text_color(colors[key]), "bytes": format_bytes(leaf_bytes[key]),
                     "name": tree.full_name(path),
-                    "width": max(64, 6.8 * max(len(lbl), len(count) + 11) + 12), "members": grp.size}
+                    "width": max(64, 7.4 * max(len(lbl), len(count) + 11) + 12), "members": grp.size,
+                    "count": count}
             base = "group"
         elements.append({"data": data, "classes": _cls(
             base, "bwd" if phase[key] == "bwd" else None, "hot" if key in leaf_hot else None,
@@ -252,7 +253,7 @@ def dom_elements(g: Graph, dt: DominatorTree, children: dict[int, list[int]], si
 def stylesheet(dom: bool = False) -> list[dict]:
     return [
         {"selector": "node", "style": {
-            "label": "data(label)", "font-size": 10, "color": "#1f2937", "text-valign": "bottom",
+            "label": "data(label)", "font-size": 11, "color": "#1f2937", "text-valign": "bottom",
             "text-margin-y": 2, "text-wrap": "wrap", "background-color": "data(color)",
             "border-width": 1, "border-color": "#6b7280", "width": 16, "height": 16,
             "min-zoomed-font-size": 3}},
@@ -262,7 +263,7 @@ def stylesheet(dom: bool = False) -> list[dict]:
                                                    "border-color": "#9ca3af"}},
         {"selector": "node.group", "style": {
             "shape": "round-rectangle", "width": "data(width)", "height": 40, "text-valign": "center",
-            "text-halign": "center", "font-size": 12, "border-width": 1.5, "border-color": "#374151",
+            "text-halign": "center", "font-size": 13, "border-width": 1.5, "border-color": "#374151",
             "color": "data(fg)",
             "text-max-width": 260}},
         {"selector": "node.bwd", "style": {"border-style": "dashed"}},
@@ -278,10 +279,10 @@ def stylesheet(dom: bool = False) -> list[dict]:
             "border-color": "#111827", "border-width": 4, "overlay-color": "#111827",
             "overlay-opacity": 0.12, "overlay-padding": 6, "z-index": 99, "font-weight": "bold"}},
         {"selector": "edge", "style": {
-            "width": 1, "line-color": "#c7cbd1", "target-arrow-color": "#c7cbd1",
-            "target-arrow-shape": "triangle", "arrow-scale": 0.6,
+            "width": 1.2, "line-color": "#9ca3af", "target-arrow-color": "#6b7280",
+            "target-arrow-shape": "triangle", "arrow-scale": 1.0,
             "curve-style": "bezier"}},
         {"selector": "edge.multi", "style": {"width": "mapData(count, 2, 60, 1.5, 6)"}},
         {"selector": "edge.rev", "style": {"target-arrow-shape": "none", "source-arrow-shape": "triangle",
-                                           "source-arrow-color": "#c7cbd1"}},
+                                           "source-arrow-color": "#6b7280"}},
     ]

@@ -8,6 +8,7 @@ maximum -- and therefore the exact peak -- so the drawing stays light and the pe
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -216,7 +217,8 @@ def memory_figure(g: Graph, curves: Sequence[Curve], x_mode: str = "step", max_p
             "name": f"{c.name} (peak {format_bytes(m.peak)})",
             "line": {"width": 1.6, "color": color, "shape": "hv", "dash": "dot"},
             "customdata": [[s, c.name] for s in j.tolist()], "legendgroup": "totals",
-            "hovertemplate": f"{c.name}: %{{y:.4s}}B at step %{{customdata[0]}}<extra></extra>",
+            "text": [format_bytes(v) for v in m.step_bytes[j].tolist()],
+            "hovertemplate": f"{c.name}: %{{text}} at step %{{customdata[0]}}<extra></extra>",
         })
         peaks.append((c, color))
     for c, color in peaks:
@@ -242,8 +244,12 @@ def memory_figure(g: Graph, curves: Sequence[Curve], x_mode: str = "step", max_p
         annotations.append({"xref": "paper", "x": 1, "y": capacity, "xanchor": "right", "yanchor": "bottom",
                             "showarrow": False, "text": f"device memory {format_bytes(capacity)}",
                             "font": {"size": 10, "color": "#d62728"}})
+    if capacity and mem.peak > capacity:
+        annotations.append(_note(f"does not fit: peak {format_bytes(mem.peak)} is "
+                                 f"{format_bytes(mem.peak - capacity)} over the device's {format_bytes(capacity)}"))
     top = max(max(c.profile.peak for c in curves), capacity if shapes else 0)
     layout["yaxis"]["range"] = [0, top * 1.12 if top else 1]
+    layout["yaxis"]["tickvals"], layout["yaxis"]["ticktext"] = binary_ticks(top * 1.12 if top else 1)
     return fig
 
 
@@ -260,6 +266,23 @@ def _note(text: str) -> dict:
             "text": text, "font": {"size": 11, "color": "#8a5a00"}}
 
 
+def binary_ticks(top: float, n: int = 6) -> tuple[list[float], list[str]]:
+    """Tick values and labels for a byte axis from 0 to ``top`` in binary units (KiB, MiB, GiB):
+    a step of 1, 2, 2.5 or 5 (times a power of ten) of the unit that suits ``top``, labelled with
+    ``format_bytes`` -- plotly's own ticks are decimal (kB, MB, GB)."""
+    top = max(float(top), 1.0)
+    unit = 1.0
+    while top / unit >= 1024 and unit < 2.0**40:
+        unit *= 1024
+    raw = top / unit / max(1, n - 1)
+    mag = 10 ** math.floor(math.log10(raw)) if raw > 0 else 1
+    step = next(m * mag for m in (1, 2, 2.5, 5, 10) if m * mag >= raw) * unit
+    if unit == 1:
+        step = max(1.0, math.ceil(step))
+    vals = [i * step for i in range(int(top // step) + 2)]
+    return vals, [format_bytes(v) for v in vals]
+
+
 def _base_layout(time_axis: bool) -> dict:
     return {
         "template": "plotly_white",
@@ -271,7 +294,7 @@ def _base_layout(time_axis: bool) -> dict:
         "xaxis": {"title": {"text": "simulated time (ms)" if time_axis else "schedule step"},
                   "showspikes": True, "spikemode": "across", "spikethickness": 1, "spikecolor": "#999",
                   "spikedash": "dot"},
-        "yaxis": {"title": {"text": "live memory"}, "tickformat": ".3~s", "ticksuffix": "B"},
+        "yaxis": {"title": {"text": "live memory"}},
         "uirevision": "memory",
     }
 
@@ -279,7 +302,7 @@ def _base_layout(time_axis: bool) -> dict:
 # ---- tables -------------------------------------------------------------------------------------
 HOTSPOT_COLUMNS = [
     ("tensor", "tensor"), ("producer", "producer op"), ("module", "module"), ("kind", "kind"),
-    ("shape", "shape"), ("dtype", "dtype"), ("bytes", "bytes"), ("alloc", "alloc step (-1: resident)"),
+    ("shape", "shape"), ("dtype", "dtype"), ("size", "size"), ("bytes", "bytes"), ("alloc", "alloc step (-1: resident)"),
     ("free", "free step"), ("lifetime", "lifetime (steps)"),
 ]
 
@@ -301,6 +324,7 @@ def hotspot_rows(g: Graph, hot: Sequence[Storage], include_resident: bool = Fals
             "kind": s.kind,
             "shape": "x".join(map(str, t.shape)) or "scalar",
             "dtype": t.dtype,
+            "size": format_bytes(s.nbytes),
             "bytes": s.nbytes,
             "alloc": s.alloc,  # -1: resident (input/weight held for the whole step)
             "free": s.free,

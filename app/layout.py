@@ -9,12 +9,13 @@ import warnings
 
 import dash_cytoscape as cyto
 from dash import dash_table, dcc, html
-from dash.dash_table.Format import Format, Scheme, Symbol
+from dash.dash_table.Format import Format
 
 from core.cost import DEFAULT_DEVICE, DEVICES
 
 from .cyto import DOM_LAYOUT, LAYOUT, stylesheet
 from .figures import HOTSPOT_COLUMNS
+from .panels import details_hint
 from .state import AppState
 
 
@@ -30,8 +31,7 @@ def header(state: AppState, initial: str) -> html.Header:
         dcc.Upload(id="upload", children=html.Div(["drop or ", html.A("upload a graph file"),
                                                    html.Span(" (.json / .json.gz from magis import)",
                                                              className="muted")]),
-                   className="upload", multiple=False, accept=".json,.gz,application/json,application/gzip",
-                   max_size=256 * 1024 * 1024),
+                   className="upload", multiple=False),  # any name: the content decides, with a message
         html.Div([
             html.Label("device", htmlFor="device"),
             dcc.Dropdown(id="device", value=DEFAULT_DEVICE, clearable=False, searchable=False,
@@ -61,7 +61,7 @@ def graph_panel(init: dict) -> html.Section:
                  className="chip-row"),
         dcc.Loading(cyto.Cytoscape(
             id="graph", elements=init.get("graph", []), layout=init.get("graph-layout", LAYOUT), stylesheet=stylesheet(),
-            minZoom=0.05, maxZoom=3, clearOnUnhover=True, autoRefreshLayout=False,
+            minZoom=0.05, maxZoom=3, wheelSensitivity=0.25, clearOnUnhover=True, autoRefreshLayout=False,
             autounselectify=True, boxSelectionEnabled=False,
             style={"width": "100%", "height": "600px"}), type="dot", delay_show=400,
             overlay_style={"visibility": "visible", "opacity": 0.6}),
@@ -75,11 +75,11 @@ def side_panel(init: dict) -> html.Section:
                   html.Span("from the activation input; in sync with the graph", className="muted hint")],
                  className="panel-head"),
         cyto.Cytoscape(id="domtree", elements=init.get("domtree", []), layout=init.get("dom-layout", DOM_LAYOUT),
-                       stylesheet=stylesheet(dom=True), autoRefreshLayout=False, minZoom=0.05, maxZoom=1.3, autounselectify=True, boxSelectionEnabled=False,
+                       stylesheet=stylesheet(dom=True), autoRefreshLayout=False, minZoom=0.05, maxZoom=1.3,
+                       wheelSensitivity=0.25, autounselectify=True, boxSelectionEnabled=False,
                        style={"width": "100%", "height": "280px"}),
         html.Div(init.get("dom-info"), id="dom-info", className="muted small"),
-        html.Div(html.Div("Click an op in the graph, the dominator tree or the hot-spot table.",
-                          className="muted"), id="details", className="details-box"),
+        html.Div(details_hint(), id="details", className="details-box"),
     ], className="panel side-panel")
 
 
@@ -113,9 +113,9 @@ def memory_panel(schedules: list[str], init: dict) -> html.Section:
 
 
 def hotspot_panel(init: dict) -> html.Section:
-    si_bytes = Format(precision=3, scheme=Scheme.decimal_si_prefix).symbol(Symbol.yes).symbol_suffix("B")
+    exact = Format().group(True)  # the exact byte count (the "size" column has it in KiB / MiB / GiB)
     cols = [{"name": name, "id": cid, "type": "numeric" if cid in ("bytes", "alloc", "free", "lifetime") else "text"}
-            | ({"format": si_bytes} if cid == "bytes" else {}) for cid, name in HOTSPOT_COLUMNS]
+            | ({"format": exact} if cid == "bytes" else {}) for cid, name in HOTSPOT_COLUMNS]
     return html.Section([
         html.Div([html.H3("Memory hot-spots"),
                   html.Span("tensors alive at the peak of the selected schedule; click a row to find it",
@@ -128,7 +128,7 @@ def hotspot_panel(init: dict) -> html.Section:
             page_action="native", page_size=12, sort_by=[{"column_id": "bytes", "direction": "desc"}],
             style_table={"overflowX": "auto"}, cell_selectable=True,
             style_cell={"fontFamily": "inherit", "fontSize": 12, "padding": "3px 8px", "textAlign": "left",
-                        "maxWidth": 280, "overflow": "hidden", "textOverflow": "ellipsis"},
+                        "maxWidth": 360, "whiteSpace": "normal", "wordBreak": "break-word"},
             style_header={"fontWeight": 600, "backgroundColor": "#f3f4f6"},
             style_data_conditional=[{"if": {"state": "active"}, "backgroundColor": "#fee2e2",
                                      "border": "1px solid #dc2626"}],

@@ -9,6 +9,7 @@ from dash import html
 
 from core.analysis.dominators import DominatorTree
 from core.analysis.lifetimes import Storage
+from core.cost import DEVICES
 from core.fmt import format_bytes
 from core.ir.graph import Graph, NodeKind, TRef
 
@@ -20,6 +21,10 @@ def message(text: str, kind: str = "error") -> html.Div:
     return html.Div([html.Span(text, className="msg-text"),
                      html.Button("×", id="msg-close", className="msg-close", n_clicks=0, title="dismiss")],
                     className=f"msg msg-{kind}", role="alert" if kind == "error" else "status")
+
+
+def details_hint() -> html.Div:
+    return html.Div("Click an op in the graph, the dominator tree or the hot-spot table.", className="muted")
 
 
 def _card(title: str, value: str, sub: str = "", id_: str | None = None, kind: str = "") -> html.Div:
@@ -45,7 +50,17 @@ def summary_cards(label: str, g: Graph, base: Analysis, cur: Analysis, device: s
         _card(f"est. latency · {device}", fmt_seconds(cur.sim.latency), f"{cur.name} schedule, analytic model",
               id_="latency"),
         _card("hot-spots", f"{n_hot}", f"tensors alive at the peak ({format_bytes(sum(s.nbytes for s in cur.hot if s.alloc >= 0))})"),
-    ]
+    ] + fit_card(cur.sim.peak, device)
+
+
+def fit_card(peak: int, device: str) -> list:
+    """A notice when the peak is above the device's memory: "does not fit on DEVICE (x GiB over)"."""
+    cap = DEVICES[device].memory_bytes
+    if peak <= cap:
+        return []
+    return [_card("does not fit", f"does not fit on {device} ({format_bytes(peak - cap)} over)",
+                  f"peak {format_bytes(peak)} > {format_bytes(cap)} of device memory", id_="no-fit",
+                  kind="nofit")]
 
 
 def _row(k: str, v) -> html.Tr:

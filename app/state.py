@@ -34,7 +34,8 @@ from core.simulate import SimResult, simulate
 from .modtree import ModuleTree
 
 log = logging.getLogger("magis.app")
-MAX_UPLOAD_BYTES = 256 * 1024 * 1024
+MAX_UPLOAD_BYTES = io.DEFAULT_LIMITS.max_bytes  # a gzip file inflates to at most the same again
+MAX_UPLOADS = 2  # uploaded graphs kept in memory: a new upload releases the oldest
 EXCLUDED_SCHEDULES = {"brute"}  # exhaustive: hopeless beyond toy graphs
 FIRST_SCHEDULES = ["traced", "rpo"]
 FULL_SIZE = {"resnet50", "bert_base", "vit_base", "unet", "unetpp", "gpt_neo_1_3b", "btlm_3b"}
@@ -206,6 +207,8 @@ class AppState:
         self._futures: dict[tuple[str, str], Future] = {}
         self._analyses: OrderedDict[tuple[str, str, str], Analysis] = OrderedDict()
         self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="magis-sched")
+        # uploads schedule on their own worker: a slow upload never holds up anyone's sample
+        self._upload_pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="magis-upload")
         self._bg = ThreadPoolExecutor(max_workers=1, thread_name_prefix="magis-prefetch")
         self._tok = 0
         self.loaders: dict[str, Callable[[], Graph]] = {}
@@ -270,6 +273,9 @@ class AppState:
         entry = GraphEntry(gid, label, g, f"a{self._tok}", ModuleTree(g), out_bytes, seconds)
         self._graphs[gid] = entry
         self._graphs.move_to_end(gid)
+        uploads = [k for k in self._graphs if k.startswith("upload:") and k != gid]
+        while gid.startswith("upload:") and len(uploads) >= MAX_UPLOADS:
+            self._evict(uploads.pop(0))  # its memory goes with it (and its queued schedules)
         while len(self._graphs) > self.max_graphs:
             old = next((k for k in self._graphs if k not in self._pinned and k != gid), None)
             if old is None:
@@ -337,7 +343,8 @@ class AppState:
         with self._lock:
             fut = self._futures.get((gid, name))
             if fut is None or fut.cancelled():
-                fut = self._futures[(gid, name)] = self._pool.submit(self._run_scheduler, gid, name)
+                pool = self._pool if gid.startswith("sample:") else self._upload_pool
+                fut = self._futures[(gid, name)] = pool.submit(self._run_scheduler, gid, name)
             return fut
 
     def schedule(self, gid: str, name: str, wait: float | None = None) -> Schedule | None:
@@ -421,6 +428,7 @@ class AppState:
 
     def shutdown(self) -> None:
         self._pool.shutdown(wait=False, cancel_futures=True)
+        self._upload_pool.shutdown(wait=False, cancel_futures=True)
         self._bg.shutdown(wait=False, cancel_futures=True)
 
 

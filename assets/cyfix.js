@@ -15,3 +15,29 @@
     document.addEventListener(t, refresh, true);
   });
 })();
+
+/* The computation graph opens fitted, but never below a zoom where labels are legible: a wide
+   collapsed graph is shown from its top (where the forward pass starts) at that zoom, centred when it
+   fits across, and the user pans or zooms out from there. */
+(function () {
+  const MIN_ZOOM = 0.8;  // op labels 11 px -> ~9 px on screen, group labels 13 px -> ~10 px
+  function legible(cy) {
+    if (!cy.nodes().length || cy.zoom() >= MIN_ZOOM) { return; }
+    const bb = cy.elements().boundingBox();
+    const w = cy.width();
+    cy.zoom(MIN_ZOOM);
+    const x = bb.w * MIN_ZOOM <= w ? (w - bb.w * MIN_ZOOM) / 2 - bb.x1 * MIN_ZOOM : 16 - bb.x1 * MIN_ZOOM;
+    cy.pan({x: x, y: 16 - bb.y1 * MIN_ZOOM});
+  }
+  function attach() {
+    const root = document.getElementById("graph");
+    if (!root) { return; }
+    const el = [root, ...root.querySelectorAll("*")].find(e => e._cyreg && e._cyreg.cy);
+    const cy = el && el._cyreg.cy;
+    if (!cy || cy.__magisLegible) { return; }
+    cy.__magisLegible = true;
+    cy.on("layoutstop", () => legible(cy));
+    legible(cy);
+  }
+  setInterval(attach, 300);
+})();

@@ -19,4 +19,20 @@ def format_bytes(n: float) -> str:
     return f"{n:.2f} {unit}" if abs(n) < 10 else f"{n:.1f} {unit}"
 
 
-__all__ = ["format_bytes"]
+def terminal_safe(s: object) -> str:
+    """``s`` as text that is safe to print on a terminal: control characters (ANSI escape sequences
+    start with one), format characters such as bidirectional overrides, line and paragraph
+    separators and lone surrogates are written as ``\\xNN`` / ``\\uNNNN`` escapes; printable text
+    (any script) is kept as it is."""
+    s = str(s)
+    if s.isprintable():
+        return s
+    return "".join(c if c.isprintable() else _escape(c) for c in s)
+
+
+def _escape(c: str) -> str:
+    o = ord(c)
+    return f"\\x{o:02x}" if o < 0x100 else f"\\u{o:04x}" if o < 0x10000 else f"\\U{o:08x}"
+
+
+__all__ = ["format_bytes", "terminal_safe"]

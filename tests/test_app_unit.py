@@ -502,3 +502,86 @@ def test_page_serves_the_basic_bundle_only_at_the_wanted_version(monkeypatch):
     monkeypatch.setattr(bundle, "wanted_version", lambda: "0.0.0")  # as after a plotly upgrade
     html = create_app(warm=False).server.test_client().get("/").get_data(as_text=True)
     assert "plotly-basic" not in html
+
+
+# ---- hardening: units, fit notice, uploads ----------------------------------------------------------
+@pytest.mark.parametrize("top", [900, 5_000, 3 * 2**20 + 17, 80 * 2**30, 10 * 2**40])
+def test_memory_axis_ticks_are_binary(top):
+    vals, text = figures.binary_ticks(top)
+    assert vals[0] == 0 and vals[-1] >= top and vals == sorted(set(vals)) and 3 <= len(vals) <= 12
+    assert text == [format_bytes(v) for v in vals]
+    assert not any(u in t for t in text for u in (" kB", " MB", " GB"))
+
+
+def test_memory_figure_speaks_binary_units_and_says_when_it_does_not_fit(bert):
+    _gid, g = bert
+    from core.simulate import simulate
+
+    curves = [figures.Curve(n, s.memory, s.start, s.latency)
+              for n in ("traced", "rpo") for s in [simulate(g, get_scheduler(n).run(g).order)]]
+    peak = curves[0].profile.peak
+    fig = figures.memory_figure(g, curves, "step", capacity=peak // 2)
+    ax = fig["layout"]["yaxis"]
+    assert "tickformat" not in ax and ax["ticktext"] == [format_bytes(v) for v in ax["tickvals"]]
+    overlay = next(t for t in fig["data"] if t["name"].startswith("rpo"))
+    assert overlay["text"] == [format_bytes(v) for v in overlay["y"]] and "%{text}" in overlay["hovertemplate"]
+    notes = " ".join(a["text"] for a in fig["layout"]["annotations"])
+    assert f"{format_bytes(peak - peak // 2)} over" in notes
+    fits = figures.memory_figure(g, curves, "step", capacity=peak * 4)
+    assert "does not fit" not in " ".join(a["text"] for a in fits["layout"]["annotations"])
+
+
+def test_hotspot_table_has_full_names_and_binary_sizes(bert):
+    _gid, g = bert
+    mem = memory_profile(g, get_scheduler("traced").run(g).order)
+    rows = figures.hotspot_rows(g, mem.hotspots())
+    for r in rows:
+        assert r["size"] == format_bytes(r["bytes"])
+        assert r["tensor"] == figures.tensor_name(g, next(s for s in mem.hotspots()
+                                                           if f"{s.root.node}:{s.root.index}" == r["id"]))
+    from app.layout import hotspot_panel
+
+    table = hotspot_panel({})
+    text = json.dumps(table.to_plotly_json(), default=str)
+    assert "ellipsis" not in text and "decimal_si_prefix" not in text and '"s"' not in text
+
+
+def test_does_not_fit_card(state, bert):
+    from app import panels
+    from core.cost import DEVICES
+
+    gid, g = bert
+    a = state.analysis(gid, "traced", "rtx3090")
+    assert panels.fit_card(a.sim.peak, "rtx3090") == []  # a tiny model fits
+    cap = DEVICES["rtx3090"].memory_bytes
+    card = panels.fit_card(cap + 3 * 2**30, "rtx3090")
+    assert "does not fit on rtx3090 (3.00 GiB over)" in json.dumps(card[0].to_plotly_json(), default=str)
+
+
+def test_uploads_any_extension_and_only_the_latest_are_kept(tmp_path):
+    s = AppState(time_budget=0.5)
+    try:
+        gids = []
+        for i, name in enumerate(["a.txt", "b.bin", "c"]):
+            g, _ = hand_graph()
+            g.name = f"hand{i}"
+            p = tmp_path / f"{i}.json"
+            io.save(g, p)
+            gids.append(s.add_upload(_data_url(p.read_bytes()), name))  # the content decides, not the name
+        assert [s.entry(x).graph.name for x in gids[1:]] == ["hand1", "hand2"]
+        with pytest.raises(AppError, match="no longer in memory"):
+            s.entry(gids[0])  # released: only the latest uploads stay in memory
+        too_big = "data:application/json;base64," + "A" * (4 * (s_max := io.DEFAULT_LIMITS.max_bytes) // 3 + 8)
+        with pytest.raises(GraphError, match=f"larger than {s_max // 2**20} MiB"):
+            decode_upload(too_big)
+    finally:
+        s.shutdown()
+
+
+def test_hostile_upload_is_one_line_message(state):
+    for data in (b"[" * 100_000 + b"]" * 100_000, gzip.compress(b" " * (40 << 20)),
+                 json.dumps({"schema": "magis-graph", "version": 1, "nodes": [
+                     {"id": 0, "op": "x", "outputs": [{"shape": [10**12, 10**12], "dtype": "float32"}]}]}).encode()):
+        with pytest.raises(GraphError) as e:
+            state.add_upload(_data_url(data), "evil.json")
+        assert "\n" not in str(e.value)

@@ -49,3 +49,56 @@ def baseline(big) -> int:
 def test_returns_with_a_time_budget(big, baseline, method):
     s = get_scheduler(method, time_budget=BUDGET).run(big)
     assert s.peak <= baseline
+
+
+# ---- huge fan-out: one tensor read by tens of thousands of ops ------------------------------------
+def fan_out(k: int, join: bool) -> Graph:
+    """x -> hub -> k users (each 8 bytes) [-> one op reading all of them]."""
+    b = GraphBuilder("fan")
+    h = b.op("hub", [b.input("x", 64)], 64)
+    users = [b.op(f"u{i}", [h], 8) for i in range(k)]
+    if join:
+        b.op("join", users, 8, output=True)
+    return b.graph
+
+
+@pytest.mark.parametrize("join", [False, True])
+def test_rpo_is_linear_in_fan_out(join):
+    """RPO visits each edge a bounded number of times: count the predecessor-list reads."""
+    from core.analysis.order import reverse_post_order
+
+    reads = {}
+    for k in (2_000, 8_000):
+        g = fan_out(k, join)
+        n_edges = sum(len(g.preds(n)) for n in g.nodes)
+
+        class Counting(dict):
+            def __getitem__(self, key):
+                self.reads += 1
+                return super().__getitem__(key)
+
+        preds = Counting({nid: list(g.preds(nid)) for nid in g.nodes})
+        preds.reads = 0
+        sinks = sorted(n for n in g.nodes if not g.users(n))
+        order = reverse_post_order(preds, sinks)
+        assert sorted(order) == sorted(g.nodes)
+        reads[k] = preds.reads
+        assert preds.reads <= 3 * (len(g) + n_edges)
+    assert reads[8_000] < 5 * reads[2_000]  # 4x the graph: about 4x the work, not 16x
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("join", [False, True])
+def test_every_scheduler_finishes_on_a_huge_fan_out(join):
+    """Each strategy, given a 1 s budget, returns within seconds on a node with 20,000 users (the
+    bound is generous: such graphs take seconds just to build the memory model on a busy CI machine;
+    the quadratic work there was took minutes; ``python bench/fanout.py`` times 50,000 users)."""
+    import time
+
+    g = fan_out(20_000, join)
+    for m in ("traced", "rpo", "random", "serenity", "hmcos", "incremental"):
+        t0 = time.perf_counter()
+        kw = {} if m in ("traced", "rpo") else {"time_budget": 1.0}
+        s = get_scheduler(m, **kw).run(g)
+        assert len(s.order) == len(g.ops())
+        assert time.perf_counter() - t0 < 60, m

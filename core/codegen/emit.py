@@ -20,7 +20,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-from ..fmt import format_bytes
+from ..fmt import format_bytes, terminal_safe
 from ..ir import ops
 from ..ir.graph import Graph, GraphError, Node, NodeKind, TorchConst, TRef
 from .plan import ReleasePlan, input_key, input_kind, integer_ranges, release_plan, variable_names
@@ -111,7 +111,7 @@ class ScriptWriter:
         parts = [p for p in (extra, node.module) if p]
         if node.recompute_of is not None and node.recompute_of in self.g.nodes:
             parts.append(f"recompute of {self.g[node.recompute_of].name}")
-        return f"  # {' '.join(' | '.join(parts).split())}" if parts else ""
+        return f"  # {terminal_safe(' '.join(' | '.join(parts).split()))}" if parts else ""
 
     def _target(self, r: TRef) -> str:
         if r in self.plan.used:
@@ -304,7 +304,7 @@ def constants_source(g: Graph) -> str:
 
 def _doc(text: str) -> str:
     """``text`` safe inside the script's docstring (one line, no quotes or escapes that end it)."""
-    return " ".join(text.split()).replace("\\", "/").replace('"', "'")
+    return terminal_safe(" ".join(text.split()).replace("\\", "/").replace('"', "'"))
 
 
 def _literal(obj: Any, indent: str = "    ") -> str:

@@ -7,6 +7,7 @@ import json
 import math
 import os
 import tempfile
+import zlib
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +22,7 @@ from .graph import (
     TorchConst,
     TRef,
 )
+from .schema import DEFAULT_LIMITS, Limits, check_graph_dict, json_extent, shown
 
 SCHEMA = "magis-graph"
 SCHEMA_VERSION = 1
@@ -206,17 +208,86 @@ def atomic_write(path: str | os.PathLike, data: bytes) -> Path:
     return path
 
 
-def loads(data: bytes, validate: bool = True) -> Graph:
-    """Parse graph bytes (JSON or gzip'd JSON); raise GraphError with one clear line on bad input."""
-    if data[:2] == b"\x1f\x8b":
+def inflate(data: bytes, max_bytes: int) -> bytes:
+    """``data`` gunzipped (every member) in bounded chunks: GraphError as soon as the output passes
+    ``max_bytes`` -- a small file that inflates to gigabytes is refused without inflating it."""
+    out = bytearray()
+    buf = data
+    while True:
+        d = zlib.decompressobj(16 + zlib.MAX_WBITS)
         try:
-            data = gzip.decompress(data)
-        except (OSError, EOFError) as e:
-            raise GraphError(f"corrupt gzip data: {e}") from None
+            while True:
+                out += d.decompress(buf, _CHUNK)
+                if len(out) > max_bytes:
+                    raise GraphError(f"decompresses to more than {max_bytes // 2**20} MiB "
+                                     f"(the limit for a graph file)")
+                buf = d.unconsumed_tail
+                if d.eof or not buf:
+                    break
+        except zlib.error as e:
+            raise GraphError(f"corrupt gzip data ({e})") from None
+        if not d.eof:
+            raise GraphError("corrupt gzip data (the compressed stream ends early)")
+        rest = d.unused_data
+        if not rest.strip(b"\0"):
+            return out  # type: ignore[return-value]  (a bytearray: no copy)
+        if rest[:2] != b"\x1f\x8b":
+            raise GraphError("corrupt gzip data (trailing garbage after the compressed stream)")
+        buf = rest
+
+
+_CHUNK = 1 << 20
+
+
+def _no_constant(name: str) -> Any:
+    raise GraphError(f"not valid JSON ({name} is not a JSON number)")
+
+
+def _finite(text: str) -> float:
+    v = float(text)
+    if not math.isfinite(v):
+        raise GraphError(f"not valid JSON (number {text[:40]} overflows a float)")
+    return v
+
+
+def loads(data: bytes, validate: bool = True, limits: Limits = DEFAULT_LIMITS) -> Graph:
+    """Parse graph bytes (JSON or gzip'd JSON); raise GraphError with one clear line on bad input.
+
+    The one validation of a graph file (``core.ir.schema``): decompressed size, nesting depth, then
+    every field, then the graph's invariants (``Graph.lint``).  A graph it returns can be analysed,
+    simulated, scheduled and exported without raising on its content."""
+    if data[:2] == b"\x1f\x8b":
+        data = inflate(data, limits.max_bytes)
+    elif len(data) > limits.max_bytes:
+        raise GraphError(f"larger than {limits.max_bytes // 2**20} MiB (the limit for a graph file)")
+    if data[:3] == b"\xef\xbb\xbf":
+        data = data[3:]
     try:
-        d = json.loads(data)
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise GraphError(f"not valid JSON (not UTF-8 text: {e.reason} at byte {e.start})") from None
+    depth, containers, commas = json_extent(data)
+    if depth > limits.max_depth:
+        raise GraphError(f"JSON nested {depth} levels deep (at most {limits.max_depth})")
+    if containers > limits.max_containers or commas + 1 > limits.max_values:
+        raise GraphError(f"too many JSON values ({containers:,} arrays and objects, {commas + 1:,} values; "
+                         f"at most {limits.max_containers:,} and {limits.max_values:,})")
+    del data
+    try:
+        d = json.loads(text, parse_constant=_no_constant, parse_float=_finite)
+    except json.JSONDecodeError as e:
         raise GraphError(f"not valid JSON ({e})") from None
+    except (ValueError, RecursionError) as e:  # e.g. an integer literal of more than 4300 digits
+        raise GraphError(f"not valid JSON ({str(e).splitlines()[0][:120]})") from None
+    if not isinstance(d, dict):
+        raise GraphError("not a MAGIS graph: top level is not a JSON object")
+    if d.get("schema") != SCHEMA:
+        raise GraphError(f"not a MAGIS graph: schema is {shown(d.get('schema'))}, expected {SCHEMA!r}")
+    if type(d.get("version")) is not int or d.get("version") != SCHEMA_VERSION:
+        raise GraphError(
+            f"unsupported graph schema version {shown(d.get('version'))} (this build reads version {SCHEMA_VERSION})"
+        )
+    check_graph_dict(d, limits)
     try:
         return graph_from_dict(d, validate=validate)
     except GraphError:
@@ -225,12 +296,16 @@ def loads(data: bytes, validate: bool = True) -> Graph:
         raise GraphError(f"malformed graph file: {type(e).__name__}: {e}") from None
 
 
-def load(path: str | os.PathLike, validate: bool = True) -> Graph:
+def load(path: str | os.PathLike, validate: bool = True, limits: Limits = DEFAULT_LIMITS) -> Graph:
+    """Read and check a graph file (``loads``); GraphError names the file and the problem."""
     path = Path(path)
-    if not path.exists():
-        raise GraphError(f"no such file: {path}")
     try:
-        g = loads(path.read_bytes(), validate=validate)
+        if not path.is_file():
+            raise GraphError("no such file" if not path.exists() else "not a regular file")
+        if path.stat().st_size > limits.max_bytes:
+            raise GraphError(f"larger than {limits.max_bytes // 2**20} MiB (the limit for a graph file)")
+        return loads(path.read_bytes(), validate=validate, limits=limits)
     except GraphError as e:
         raise GraphError(f"{path}: {e}") from None
-    return g
+    except OSError as e:
+        raise GraphError(f"{path}: cannot read ({e.strerror or e})") from None

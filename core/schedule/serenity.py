@@ -62,6 +62,13 @@ class DPResult:
     stats: DPStats = field(default_factory=DPStats)
 
 
+# Scheduled-set masks key the DP's tables.  Python hashes an int modulo 2**61 - 1, so two masks
+# whose bits differ by multiples of 61 positions collide (a layer of n wide masks that differ in one
+# bit has only 61 distinct hashes): beyond 61 units the key also carries the mask modulo a prime
+# for which 2 has a large multiplicative order.
+_HASH_BITS = 61
+_HASH_PRIME = 1_000_000_007
+
 # A group transition: (vertex, S, peak, live) -> (peak, live, payload) or None (over budget)
 GroupFn = Callable[[int, int, int, int], "tuple[int, int, object] | None"]
 
@@ -92,15 +99,16 @@ def dp_schedule(P: UnitProblem, vbits: Sequence[int], vpred: Sequence[int], vuni
     peak0 = live0 if peak0 is None else peak0
     steps, simple = P.steps, P.simple
     vsucc, ready0 = _prepare(vbits, vpred, S0)
-    layer: dict[int, tuple] = {S0: (peak0, live0, ready0, None)}
+    wide = P.n_units > _HASH_BITS
+    layer: dict = {S0: (peak0, live0, ready0, None, S0)}
     remaining_states = max_states
     for k in range(nv):
         if deadline.expired():
             stats.timed_out = True
             return _complete(P, layer, vbits, vunit, reference, group_fn, stats)
-        nxt: dict[int, tuple] = {}
+        nxt: dict = {}
         tick = 0
-        for S, (pk, lv, rd, ch) in layer.items():
+        for pk, lv, rd, ch, S in layer.values():
             # the transitions out of S, inline: the same loop as dfs_schedule's and the arithmetic
             # of UnitProblem.apply; a shared helper measured 7% slower on NASNet-CIFAR
             r = rd
@@ -128,7 +136,7 @@ def dp_schedule(P: UnitProblem, vbits: Sequence[int], vpred: Sequence[int], vuni
                             npk = nlv
                         nlv -= f
                         for m, sz in conds:
-                            if m & S == m:
+                            if (m & ~S).bit_count() == 1:
                                 nlv -= sz
                 if forced_moves and npk <= pk and nlv <= lv:
                     forced = (x, low, npk, nlv, None)
@@ -149,17 +157,20 @@ def dp_schedule(P: UnitProblem, vbits: Sequence[int], vpred: Sequence[int], vuni
                     stats.pruned += 1
                     continue
                 S2 = S | vbits[x]
-                old = nxt.get(S2)
+                key = (S2, S2 % _HASH_PRIME) if wide else S2
+                old = nxt.get(key)
                 if old is not None and old[0] <= npk:
                     continue
                 rd2 = rd ^ low
                 for y, m in vsucc[x]:
                     if m & S2 == m:
                         rd2 |= 1 << y
-                nxt[S2] = (npk, nlv, rd2, (x, payload, ch))
-            tick += 1
-            if tick & 1023 == 0 and deadline.expired():
-                break
+                nxt[key] = (npk, nlv, rd2, (x, payload, ch), S2)
+            tick += 1 + (len(cands) >> 6)  # a state with many ready vertices costs as many as them
+            if tick >= 1024:
+                tick = 0
+                if deadline.expired():
+                    break
         if not nxt:
             if deadline.expired():
                 stats.timed_out = True
@@ -170,7 +181,7 @@ def dp_schedule(P: UnitProblem, vbits: Sequence[int], vpred: Sequence[int], vuni
             cap = max(min_layer_states, remaining_states // max(1, nv - k))
             if len(nxt) > cap:
                 stats.truncated = True
-                best = heapq.nsmallest(cap, nxt.items(), key=lambda kv: (kv[1][0], kv[1][1], kv[0]))
+                best = heapq.nsmallest(cap, nxt.items(), key=lambda kv: (kv[1][0], kv[1][1], kv[1][4]))
                 nxt = dict(best)
             remaining_states = max(0, remaining_states - len(nxt))
         stats.states += len(nxt)
@@ -178,7 +189,7 @@ def dp_schedule(P: UnitProblem, vbits: Sequence[int], vpred: Sequence[int], vuni
         if deadline.expired() and k + 1 < nv:
             stats.timed_out = True
             return _complete(P, layer, vbits, vunit, reference, group_fn, stats)
-    (S, (pk, lv, _, ch)), = layer.items()
+    (pk, lv, _, ch, _S), = layer.values()
     return _unwind(ch, pk, lv, stats)
 
 
@@ -197,7 +208,7 @@ def _unwind(ch, pk: int, lv: int, stats: DPStats) -> DPResult:
 def _complete(P: UnitProblem, layer: dict, vbits: Sequence[int], vunit: Sequence[int],
               reference: Sequence[int] | None, group_fn: GroupFn | None, stats: DPStats) -> DPResult:
     """Finish the best state of ``layer`` by running the remaining vertices in reference order."""
-    S, (pk, lv, _, ch) = min(layer.items(), key=lambda kv: (kv[1][0], kv[1][1], kv[0]))
+    pk, lv, _, ch, S = min(layer.values(), key=lambda v: (v[0], v[1], v[4]))
     ref = list(reference) if reference is not None else list(range(len(vbits)))
     for x in ref:
         if vbits[x] & S:
@@ -237,17 +248,19 @@ def dfs_schedule(P: UnitProblem, vbits: Sequence[int], vpred: Sequence[int], vun
         full |= b
     best = budget + 1 if budget < INF else INF
     best_node = None
-    seen: dict[int, int] = {}
+    seen: dict = {}
+    wide = P.n_units > _HASH_BITS
     stack = [(S0, peak0, live0, ready0, None)]
     expanded = 0
     while stack:
         S, pk, lv, rd, ch = stack.pop()
         if pk >= best:
             continue
-        old = seen.get(S)
+        key = (S, S % _HASH_PRIME) if wide else S
+        old = seen.get(key)
         if old is not None and old <= pk:
             continue
-        seen[S] = pk
+        seen[key] = pk
         if S == full:
             best, best_node = pk, (pk, lv, ch)
             if pk <= floor:
@@ -258,7 +271,7 @@ def dfs_schedule(P: UnitProblem, vbits: Sequence[int], vpred: Sequence[int], vun
         if max_states is not None and expanded > max_states:
             stats.truncated = True
             break
-        if expanded & 1023 == 0 and deadline.expired():
+        if (expanded & 1023 == 0 or rd.bit_length() > 4096) and deadline.expired():
             stats.timed_out = True
             break
         r = rd  # the transitions out of S, inline (see dp_schedule)
@@ -286,7 +299,7 @@ def dfs_schedule(P: UnitProblem, vbits: Sequence[int], vpred: Sequence[int], vun
                         npk = nlv
                     nlv -= f
                     for m, sz in conds:
-                        if m & S == m:
+                        if (m & ~S).bit_count() == 1:
                             nlv -= sz
             if forced_moves and npk <= pk and nlv <= lv:
                 forced = (npk, nlv, x, low, None)

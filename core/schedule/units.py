@@ -31,8 +31,10 @@ class UnitProblem:
 
     ``units`` partitions the non-lazy ops of X into atomic, internally ordered units; unit u has bit
     ``1 << u`` in a scheduled-set mask.  ``steps[u]`` lists, per op of the unit, its allocation, the
-    bytes it frees unconditionally and conditional frees ``(mask, bytes)`` -- freed iff every unit in
-    ``mask`` has already run (the storage's other members).  ``upred[u]`` is the mask of units that
+    bytes it frees unconditionally and conditional frees ``(mask, bytes)`` -- ``mask`` holds every
+    unit with a member of the storage, u included, and the bytes are freed iff every unit in it but
+    u has already run: ``(mask & ~S).bit_count() == 1`` (one mask object per storage, so a storage
+    read by n units costs O(n) masks' memory once, not n times).  ``upred[u]`` is the mask of units that
     must run before u.  ``live0`` is the live bytes after D.
     """
 
@@ -186,6 +188,25 @@ class UnitProblem:
         self.usucc = usucc
         sizes = model.size
         lazy = self.lazy
+        # per storage, once: its non-lazy X-members grouped by unit, and the mask of those units
+        # (a storage with many readers -- a huge fan-out -- is looked at once, not once per reader)
+        by_unit: dict[int, dict[int, list[int]]] = {}
+        umask: dict[int, int] = {}
+
+        def group(s: int) -> dict[int, list[int]]:
+            g = by_unit.get(s)
+            if g is None:
+                g = {}
+                m = 0
+                for v in rel[s]:
+                    if v not in lazy:
+                        vu = unit_of[v]
+                        g.setdefault(vu, []).append(v)
+                        m |= 1 << vu
+                by_unit[s] = g
+                umask[s] = m
+            return g
+
         steps: list[tuple[Step, ...]] = []
         for u, ops in enumerate(units):
             full = self.unit_ops(ops)
@@ -199,18 +220,13 @@ class UnitProblem:
                     if s in seen or s in never:
                         continue
                     seen.add(s)
-                    xm = [v for v in rel[s] if v not in lazy]
-                    mine = [v for v in xm if unit_of.get(v) == u]
+                    mine = group(s).get(u)
                     if not mine:
                         continue
                     last = max(pos[v] for v in mine)
-                    other = 0
-                    for v in xm:
-                        vu = unit_of[v]
-                        if vu != u:
-                            other |= 1 << vu
-                    if other:
-                        conds[last].append((other, sizes[s]))
+                    m = umask[s]
+                    if m != 1 << u:  # one mask per storage, shared by its units' conditions
+                        conds[last].append((m, sizes[s]))
                     else:
                         ffree[last] += sizes[s]
             steps.append(tuple((allocs[k], ffree[k], tuple(conds[k])) for k in range(len(full))))
@@ -248,7 +264,7 @@ class UnitProblem:
                 peak = live
             live -= f
             for m, sz in conds:
-                if m & S == m:
+                if (m & ~S).bit_count() == 1:
                     live -= sz
         return peak, live
 
@@ -347,6 +363,25 @@ def join_sequences(P: UnitProblem) -> list[list[int]]:
     # per sequence: (peak of first unit, current chain transient, pending counts of chain storages)
     state: list[tuple[int, int, dict[int, int]]] = []
 
+    # per storage: its non-lazy X-members, and whether its producer is one of them (counted once
+    # per storage, not once per reader: linear on huge fan-outs)
+    counts: dict[int, tuple[int, bool]] = {}
+
+    def members_left(s: int, x: int) -> int:
+        """Members of storage ``s`` a chain first seeing it at op ``x`` waits for (the producer
+        counts only when it is ``x``)."""
+        cp = counts.get(s)
+        if cp is None:
+            prod = model.producer[s]
+            n = prod_in = 0
+            for v in rel[s]:
+                if v not in lazy:
+                    n += 1
+                    prod_in |= v == prod
+            cp = counts[s] = (n, bool(prod_in))
+        n, prod_in = cp
+        return n - (1 if prod_in and model.producer[s] != x else 0)
+
     def run_unit(ops: list[int], ct: int, pending: dict[int, int]) -> tuple[int, int, dict[int, int]]:
         """Chain-local footprint of appending ``ops``: (max sub-step, transient after, pending')."""
         pend = dict(pending)
@@ -358,8 +393,7 @@ def join_sequences(P: UnitProblem) -> list[list[int]]:
             for s in model.produces[x] + model.touches[x]:
                 c = pend.get(s)
                 if c is None:  # first seen: allocated here, or read by the chain (producer outside)
-                    prod = model.producer[s]
-                    c = sum(1 for v in rel[s] if v not in lazy and (v != prod or prod == x))
+                    c = members_left(s, x)
                 c -= 1
                 pend[s] = c
                 if c == 0:
