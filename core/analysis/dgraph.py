@@ -27,6 +27,7 @@ axis in D, e.g. weight gradients along the batch).  The constraints, checked in 
 
 from __future__ import annotations
 
+import math
 from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -108,7 +109,8 @@ class Split:
 
     nodes: list[int]  # S, in the graph's node order
     comp: Key  # D
-    length: int  # the size of the split dim
+    length: int  # the common divisor of the split dims' sizes (a reshape merges the batch of 32 with a
+    # sequence of 512 into 16384: split into n parts, both are split into n contiguous parts)
     out_dims: dict[TRef, int]  # every tensor of S -> its dim in D (< 0: a reduce axis, partial sums)
     inputs: list[TRef] = field(default_factory=list)  # tensors S reads from outside, first use first
     in_dims: list[int | None] = field(default_factory=list)  # sliced along / None: shared
@@ -247,10 +249,7 @@ def plan_split(g: Graph, dg: DGraph, nodes: Iterable[int], comp: Key) -> Split:
                                and lk.out_dim == out_dims[TRef(v, j)] for lk in links):
                         raise SplitError(f"{n.name!r}: output {j} does not follow the sliced input "
                                          f"{g.nodes[r.node].name!r}")
-                size = g.tensor(r).shape[d]
-                if length and size != length:
-                    raise SplitError(f"split dims of different sizes ({length} and {size})")
-                length = size
+                length = math.gcd(length, g.tensor(r).shape[d])
             if r in in_dims:
                 if in_dims[r] != d:
                     raise SplitError(f"{g.nodes[r.node].name!r} is sliced by one reader and shared by another")
@@ -264,12 +263,9 @@ def plan_split(g: Graph, dg: DGraph, nodes: Iterable[int], comp: Key) -> Split:
             raise SplitError(f"{g.nodes[v].name!r}: its bias would be added once per part of a summed output")
     for r, d in out_dims.items():
         if d >= 0:
-            size = g.tensor(r).shape[d]
-            if length and size != length:
-                raise SplitError(f"split dims of different sizes ({length} and {size})")
-            length = size
+            length = math.gcd(length, g.tensor(r).shape[d])
     if length < 2:
-        raise SplitError("the split dimension has fewer than 2 elements")
+        raise SplitError("the split dims have no common divisor above 1")
     graph_outs = g.output_refs()
     outputs, combine = [], []
     for v in order:
