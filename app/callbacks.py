@@ -21,6 +21,11 @@ from .state import AppError, AppState
 
 log = logging.getLogger("magis.app")
 PRIMARY_WAIT_EXTRA = 10.0  # seconds past the time budget a callback waits for the selected schedule
+PRIMARY_WAIT_MAX = 6.0  # ... but never longer: then the page shows it running (with a stop button) and polls
+
+
+def primary_wait(state: AppState, g) -> float:
+    return min(state.budget_for(g) + PRIMARY_WAIT_EXTRA, PRIMARY_WAIT_MAX)
 OVERLAY_WAIT = 1.0  # seconds a callback waits for an overlaid schedule before polling for it
 GRAPH_BUDGET = 24  # elements in the initial collapsed view
 MAX_CHIPS = 14
@@ -209,7 +214,7 @@ def analysis_of(state: AppState, gid: str, device: str, sched: str, resident) ->
     """(summary cards, hot-spot rows, hot store, note) -- None if the schedule is still running."""
     entry = state.entry(gid)
     base = state.analysis(gid, "traced", device)
-    cur = state.analysis(gid, sched, device, wait=state.time_budget + PRIMARY_WAIT_EXTRA)
+    cur = state.analysis(gid, sched, device, wait=primary_wait(state, entry.graph))
     if cur is None:
         return None
     g = entry.graph
@@ -231,7 +236,7 @@ def memory_of(state: AppState, gid: str, device: str, sched: str, compare, xmode
     names = [sched] + [c for c in (compare or []) if c != sched]
     curves, pending, failed = [], [], []
     for name in names:
-        wait = state.time_budget + PRIMARY_WAIT_EXTRA if name == sched else OVERLAY_WAIT
+        wait = primary_wait(state, g) if name == sched else OVERLAY_WAIT
         try:
             a = state.analysis(gid, name, device, wait=wait)
         except AppError as e:
@@ -464,6 +469,20 @@ def register(app: Dash, state: AppState) -> None:
             show_message(f"schedule {sched!r} is still being computed for {state.label(gid)} ...", "info")
             raise PreventUpdate
         return res
+
+    # ---- stopping background schedules --------------------------------------------------------------
+    @app.callback(Output("stop-schedule", "style"), Input("poll", "disabled"))
+    def on_pending(disabled):
+        return {"display": "none"} if disabled else {}
+
+    @app.callback(Output("stop-ack", "data"), Input("stop-schedule", "n_clicks"), State("model", "value"),
+                  prevent_initial_call=True)
+    def on_stop(_n, gid):
+        stopped = state.cancel(gid) if gid else 0
+        if stopped:
+            show_message(f"stopping {stopped} running schedule(s) of {state.label(gid)}: each keeps the best "
+                         f"order found so far", "info")
+        return {"gid": gid, "stopped": stopped}
 
     # ---- memory over time -------------------------------------------------------------------------
     @app.callback(Output("memory", "figure"), Output("poll", "disabled"), Output("mem-status", "children"),

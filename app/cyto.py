@@ -26,7 +26,7 @@ HEAT_SCALE = sequential.YlOrRd
 ZERO_COLOR = "#e5e7eb"
 LAYOUT = {"name": "dagre", "rankDir": "TB", "nodeSep": 18, "rankSep": 30, "edgeSep": 8,
           "animate": False, "fit": True, "padding": 16}
-DOM_LAYOUT = {"name": "dagre", "rankDir": "TB", "nodeSep": 30, "rankSep": 22, "animate": False,
+DOM_LAYOUT = {"name": "dagre", "rankDir": "TB", "nodeSep": 80, "rankSep": 44, "animate": False,  # room for labels
               "fit": True, "padding": 12}
 DOM_FULL_MAX = 80  # draw the whole dominator tree up to this many nodes, else a neighbourhood
 DOM_UP = 4  # ancestors shown above the selection

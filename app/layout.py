@@ -72,7 +72,8 @@ def graph_panel(init: dict) -> html.Section:
 def side_panel(init: dict) -> html.Section:
     return html.Section([
         html.Div([html.H3("Dominator tree"),
-                  html.Span("from the activation input; in sync with the graph", className="muted hint")],
+                  html.Span("from the activation input; in sync with the graph · ▾N: N more ops it dominates "
+                            "(click it to show them)", className="muted hint")],
                  className="panel-head"),
         cyto.Cytoscape(id="domtree", elements=init.get("domtree", []), layout=init.get("dom-layout", DOM_LAYOUT),
                        stylesheet=stylesheet(dom=True), autoRefreshLayout=False, minZoom=0.05, maxZoom=1.3,
@@ -99,7 +100,12 @@ def memory_panel(schedules: list[str], init: dict) -> html.Section:
                                                           {"label": "time", "value": "time"}],
                                      value="step", inline=True, className="xmode"),
                   ], className="mem-controls"),
-                  html.Span(init.get("mem-status"), id="mem-status", className="muted small")],
+                  html.Span(init.get("mem-status"), id="mem-status", className="muted small"),
+                  html.Button("stop, keep the best so far", id="stop-schedule", n_clicks=0, className="stop-btn",
+                              title="end the running schedulers of this model now; each returns the best "
+                                    "order it has found",
+                              style={} if not init.get("poll-disabled", True) else {"display": "none"}),
+                  dcc.Store(id="stop-ack")],
                  className="panel-head"),
         dcc.Loading(dcc.Graph(id="memory", figure=init.get("memory", {}),
                               config={"displaylogo": False, "responsive": True},

@@ -196,8 +196,15 @@ def _bytes_by_node(hot: list[Storage]) -> dict[int, int]:
 
 
 class AppState:
-    def __init__(self, time_budget: float = 5.0, max_graphs: int = 6, workers: int = 2) -> None:
+    """``time_budget`` caps a scheduler's search; a graph gets ``budget_per_node`` seconds per node
+    within [``min_budget``, ``time_budget``], so the work a file can cause scales with its size."""
+
+    def __init__(self, time_budget: float = 5.0, max_graphs: int = 6, workers: int = 2,
+                 min_budget: float = 1.0, budget_per_node: float = 2e-3) -> None:
         self.time_budget = time_budget
+        self.min_budget = min_budget
+        self.budget_per_node = budget_per_node
+        self._cancels: dict[tuple[str, str], threading.Event] = {}
         self.max_graphs = max_graphs
         self._lock = threading.RLock()
         self._key_locks: dict[object, threading.Lock] = {}
@@ -284,6 +291,7 @@ class AppState:
         return entry
 
     def _evict(self, gid: str) -> None:
+        self.cancel(gid)  # its running searches stop now, not at their time budget
         self._graphs.pop(gid, None)
         for key in [k for k in self._analyses if k[0] == gid]:
             del self._analyses[key]
@@ -325,6 +333,10 @@ class AppState:
                 return self._insert(gid, self._labels[gid], g, time.perf_counter() - t0)
 
     # ---- schedules ------------------------------------------------------------------------------
+    def budget_for(self, g: Graph) -> float:
+        """Seconds a scheduler may search on ``g``: scaled with its size, within the app's limits."""
+        return min(self.time_budget, max(self.min_budget, self.budget_per_node * len(g)))
+
     def _run_scheduler(self, gid: str, name: str) -> Schedule:
         g = self.entry(gid).graph
         cls = SCHEDULERS[name]
@@ -332,10 +344,28 @@ class AppState:
         kwargs_ok = any(p.kind == p.VAR_KEYWORD for p in params.values())
         kw = {}
         if "time_budget" in params or kwargs_ok:
-            kw["time_budget"] = self.time_budget
+            kw["time_budget"] = self.budget_for(g)
         if "seed" in params:
             kw["seed"] = 0
-        return cls(**kw).run(g)
+        sched = cls(**kw)
+        ev = self._cancels.get((gid, name))
+        if ev is not None and hasattr(sched, "cancel"):
+            sched.cancel = ev  # a memory-aware search: it checks the event with its deadline
+        res = sched.run(g)
+        if ev is not None and ev.is_set():
+            res.info["stopped"] = "by the user"
+        return res
+
+    def cancel(self, gid: str) -> int:
+        """End the running and queued schedulers of graph ``gid``: each returns the best order it has
+        found (its result is kept).  Returns how many were still running."""
+        n = 0
+        with self._lock:
+            for (g, name), fut in self._futures.items():
+                if g == gid and not fut.done():
+                    self._cancels.setdefault((g, name), threading.Event()).set()
+                    n += 1
+        return n
 
     def schedule_future(self, gid: str, name: str) -> Future:
         if name not in self.schedules():
@@ -344,6 +374,7 @@ class AppState:
             fut = self._futures.get((gid, name))
             if fut is None or fut.cancelled():
                 pool = self._pool if gid.startswith("sample:") else self._upload_pool
+                self._cancels[(gid, name)] = threading.Event()
                 fut = self._futures[(gid, name)] = pool.submit(self._run_scheduler, gid, name)
             return fut
 

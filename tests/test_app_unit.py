@@ -585,3 +585,28 @@ def test_hostile_upload_is_one_line_message(state):
         with pytest.raises(GraphError) as e:
             state.add_upload(_data_url(data), "evil.json")
         assert "\n" not in str(e.value)
+
+
+def test_search_budget_scales_with_the_graph_and_a_running_search_can_be_stopped():
+    import time
+
+    from app.state import AppState
+    from sample_graphs.store import load_sample_graph
+
+    state = AppState(time_budget=40.0, min_budget=1.0, budget_per_node=2e-3)
+    small, big = load_sample_graph("fig2_skip"), load_sample_graph("unet")
+    assert state.budget_for(small) == 1.0  # a small file cannot buy a long search
+    bert = load_sample_graph("bert_base")
+    assert state.budget_for(bert) == pytest.approx(2e-3 * len(bert)) and 4 < state.budget_for(bert) < 5
+    state.min_budget = 40.0  # make the search on unet long enough to stop it
+    gid = state.add_graph(big, "unet", kind="upload")
+    t0 = time.perf_counter()
+    assert state.schedule(gid, "serenity", wait=1.0) is None  # still searching (a 30 s DP)
+    assert state.cancel(gid) == 1
+    s = state.schedule(gid, "serenity", wait=15.0)
+    took = time.perf_counter() - t0
+    assert s is not None and s.info.get("stopped") == "by the user"
+    assert took < 10.0, took  # far inside its 40 s budget
+    assert s.peak == state.schedule(gid, "serenity").peak  # the best order found is kept
+    assert state.cancel(gid) == 0
+    state.shutdown()

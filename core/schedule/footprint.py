@@ -215,8 +215,9 @@ class MemoryScheduler(_Scheduler):
     name = "memory"
 
     def __init__(self, time_budget: float | None = None, free_inputs: bool = False,
-                 count_weights: bool = True) -> None:
+                 count_weights: bool = True, cancel=None) -> None:
         self.time_budget = time_budget
+        self.cancel = cancel  # a threading.Event: once set, the search returns its best order so far
         self.free_inputs = free_inputs
         self.count_weights = count_weights
         self.info: dict = {}
@@ -229,7 +230,7 @@ class MemoryScheduler(_Scheduler):
 
         from .deadline import Deadline
 
-        d = Deadline(None)
+        d = Deadline(None, self.cancel)
         if self.time_budget is not None:
             start = self._start if self._start is not None else time.perf_counter()
             d.end = start + self.time_budget * fraction
