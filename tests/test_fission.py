@@ -156,3 +156,35 @@ def test_ftree_on_the_mlp_offers_the_batch_split():
     batch = DGraph(g).component((t["x"].node, 0, 0))
     assert any(f.split.comp == batch and set(f.split.nodes) >= {t["r"].node} for f in ft.nodes)
     assert all(f.n == 1 and f.heat > 0 for f in ft.nodes)
+
+
+def test_a_region_its_mean_loss_and_its_backward_split_together_exactly():
+    """Micro-batching: an MLP's forward, its cross-entropy (mean over the counted targets) and its
+    backward as one F-Trans along the batch.  The targets that ``ignore_index`` skips all fall in
+    the first part, so a part-wise mean would be wrong: the total weight is computed before the
+    parts and the summed loss divided once after them."""
+    from core.codegen.verify import problems, verify_module
+    from core.frontend.torch_import import capture
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(6, 32), torch.nn.GELU(), torch.nn.Linear(32, 5)).double()
+    x = torch.randn(8, 6, dtype=torch.float64)
+    y = torch.tensor([-100, -100, -100, 1, 2, 3, 4, 0])
+
+    def loss_fn(m, x, y):
+        return torch.nn.functional.cross_entropy(m(x), y)
+
+    g = capture(model, (x, y), loss_fn, name="mlp_ce")
+    ft = build_ftree(g)
+    f = next(f for f in ft.nodes if any(g[v].op == "aten.nll_loss_forward.default" for v in f.split.nodes)
+             and any(g[v].op == "aten.nll_loss_backward.default" for v in f.split.nodes))
+    assert f.split.mean_losses and f.split.tw_from
+    for n in (2, 4):
+        h = g.copy()
+        log = Fission().apply(h, Fission.application(n, f.split.comp, f.split.nodes))
+        assert h.lint_problems() == []
+        res = verify_module(model, (x, y), loss_fn, graph=h, order=get_scheduler("traced").run(h).order)
+        assert problems(res) == [], problems(res)
+        assert res["fission_nodes"] == 1 and res["peak_ratio"] == 1.0
+        Fission().inverse(h, log)
+        assert h.same_as(g)

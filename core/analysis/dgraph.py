@@ -15,7 +15,7 @@ axis in D, e.g. weight gradients along the batch).  The constraints, checked in 
   draws no random numbers;
 * G[S] is weakly connected and convex (no path leaves S and comes back);
 * no redundant computation: each output of each op in S has exactly one D-node in D, and every edge
-  of G[S] is a D-edge between those nodes; an input from outside S is either sliced along the one dim
+  of G[S] is a D-edge between those nodes (to at least one output of its reader); an input from outside S is either sliced along the one dim
   its reader links into D, or read whole (shared);
 * a reduce axis leaves S only as an output combined by summing (a partial sum is never read inside S),
   and an op whose output is summed over the parts adds no shared bias;
@@ -232,11 +232,10 @@ def plan_split(g: Graph, dg: DGraph, nodes: Iterable[int], comp: Key) -> Split:
                 if dr < 0:
                     raise SplitError(f"{n.name!r} reads a partial sum of {g.nodes[r.node].name!r} inside "
                                      f"the sub-graph")
-                for j in range(len(n.outputs)):
-                    if not any(lk.input == i and lk.in_dim == dr and lk.output == j
-                               and lk.out_dim == out_dims[TRef(v, j)] for lk in links):
-                        raise SplitError(f"edge {g.nodes[r.node].name!r} -> {n.name!r} does not follow the "
-                                         f"split dimension")
+                if not any(lk.input == i and lk.in_dim == dr and lk.out_dim == out_dims[TRef(v, lk.output)]
+                           for lk in links):
+                    raise SplitError(f"edge {g.nodes[r.node].name!r} -> {n.name!r} does not follow the "
+                                     f"split dimension")
                 continue
             dims = {lk.in_dim for lk in links if lk.input == i
                     and lk.out_dim == out_dims[TRef(v, lk.output)]}

@@ -1,7 +1,9 @@
 """M-Analyzer: F-Tree construction, MAGIS Algorithm 1 (section 4.3).
 
 For each connected component D of the D-Graph: G' = the ops with a D-node in D, T = the dominator
-tree of G' (a virtual root above its sources), and per op v
+tree of G' from the activation input (a virtual root above its sources; edges from nodes the
+activation input does not reach -- the labels, read by the loss -- are extra entries the paper says
+to ignore), and per op v
 
     heat(v)  = sum |w| over hot-spot tensors w produced in T.des(v)                        (Eq. 3)
     score(v) = (1 - 1/n) heat(v) - sum |u| over tensors u that T.des(v) reads from outside
@@ -21,8 +23,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ..ir.graph import Graph, NodeKind, TRef
-from .dgraph import DGraph, Key, Split, SplitError, plan_split
-from .dominators import dag_idom
+from .dgraph import DGraph, Key, Split, SplitError, plan_split, value_free
+from .dominators import activation_entry, dag_idom
 from .lifetimes import memory_profile
 
 LEVELS = 4
@@ -62,10 +64,13 @@ def hot_bytes(g: Graph, order: list[int]) -> dict[TRef, int]:
     return {s.root: s.nbytes for s in prof.hotspots() if not s.scratch}
 
 
-def _scores(g: Graph, members: list[int], hot: dict[TRef, int], n: int) -> tuple[list[int], list[int], list[float], list[list[int]]]:
-    """idom, heat and score of each member (indices into ``members``, topologically sorted)."""
+def _scores(g: Graph, members: list[int], hot: dict[TRef, int], n: int,
+            reach: set[int] | None = None) -> tuple[list[int], list[int], list[float], list[list[int]]]:
+    """idom, heat and score of each member (indices into ``members``, topologically sorted).
+    Dominance is from the activation input: a predecessor outside ``reach`` (what the activation
+    input reaches: e.g. the labels' views, read by the loss) is an extra entry and is ignored."""
     idx = {v: i for i, v in enumerate(members)}
-    preds = [[idx[p] for p in g.preds(v) if p in idx] for v in members]
+    preds = [[idx[p] for p in g.preds(v) if p in idx and (reach is None or p in reach)] for v in members]
     idom = dag_idom(preds)
     children: list[list[int]] = [[] for _ in members]
     for i, d in enumerate(idom):
@@ -121,12 +126,12 @@ def convex_part(g: Graph, s: set[int], hot: dict[TRef, int]) -> frozenset[int]:
     """``s`` made convex and weakly connected: the ops of ``s`` downstream of a path that leaves
     ``s`` are dropped (in a training graph: the backward half of a region whose forward and backward
     are joined through the loss), then the weakly connected piece with the most hot bytes is kept."""
-    frontier = [u for v in s for u in g.users(v) if u not in s]
+    frontier = [u for v in s for u in g.users(v) if u not in s and not value_free(g, u)]
     seen = set(frontier)
     while frontier:
         v = frontier.pop()
         for u in g.users(v):
-            if u not in seen:
+            if u not in seen and not value_free(g, u):
                 seen.add(u)
                 frontier.append(u)
     kept = {v for v in s if v not in seen}
@@ -149,6 +154,21 @@ def convex_part(g: Graph, s: set[int], hot: dict[TRef, int]) -> frozenset[int]:
     return best
 
 
+def _reachable(g: Graph) -> set[int] | None:
+    """The nodes the activation input reaches (None for a graph without one)."""
+    try:
+        start = activation_entry(g)
+    except ValueError:
+        return None
+    seen, stack = {start}, [start]
+    while stack:
+        for u in g.users(stack.pop()):
+            if u not in seen:
+                seen.add(u)
+                stack.append(u)
+    return seen
+
+
 def _nbytes(g: Graph, root: TRef) -> int:
     return g.nodes[root.node].outputs[root.index].nbytes
 
@@ -161,6 +181,7 @@ def build_ftree(g: Graph, order: list[int] | None = None, levels: int = LEVELS, 
     dg = dg or DGraph(g)
     hot = hot_bytes(g, order)
     topo = {v: i for i, v in enumerate(g.topo_order())}
+    reach = _reachable(g)
     picked: dict[tuple[frozenset[int], Key], FNode] = {}
     rejected = 0
     for comp, ops_in in sorted(dg.components().items()):
@@ -168,7 +189,7 @@ def build_ftree(g: Graph, order: list[int] | None = None, levels: int = LEVELS, 
                          key=topo.__getitem__)
         if len(members) < 2:
             continue
-        idom, heat, score, children = _scores(g, members, hot, n)
+        idom, heat, score, children = _scores(g, members, hot, n, reach)
         s_max = max(score)
         if s_max <= 0:
             continue

@@ -337,11 +337,13 @@ def _layer_norm_links(c: OpCtx) -> list[DimLink]:
 
 
 def _layer_norm_bwd_links(c: OpCtx) -> list[DimLink]:
+    # grad_out, input, normalized_shape, mean, rstd, ...: mean and rstd are per leading index too
     go = c.ins[0].shape
     lead = len(go) - len(c.arg(2))
-    links = [DimLink(i, d, 0, d) for i in (0, 1) for d in range(lead) if go[d] > 1]
+    row = [0, 1] + [k for k in (c.in_index(3), c.in_index(4)) if k is not None]
+    links = [DimLink(i, d, 0, d) for i in row for d in range(lead) if go[d] > 1]
     for j in range(1, len(c.outs)):  # grad weight / bias: the leading dims are summed
-        links += [DimLink(i, d, j, -(d + 1)) for i in (0, 1) for d in range(lead) if go[d] > 1]
+        links += [DimLink(i, d, j, -(d + 1)) for i in row for d in range(lead) if go[d] > 1]
     return links
 
 
