@@ -1,5 +1,5 @@
 """Fission end to end on every tiny workload and both toy graphs: each F-Tree candidate enabled alone
-at n = 2 (and n = 4 where it divides), then seeded random combinations of disjoint candidates; each
+at n = 2 and n = 4 where they divide (else the smallest divisor), then seeded random combinations of disjoint candidates; each
 transformed graph is exported, run, and compared with eager PyTorch (loss and every gradient, rtol
 1e-4) and the measured peak with the simulated one (within 2%; it is exact).  The workloads run in
 float64 (``workload_cases.Case``): splitting changes the order of floating-point sums.  Applying and
@@ -34,10 +34,8 @@ def test_every_ftree_candidate_alone(case: Case):
     ft = build_ftree(g)
     assert ft.nodes, "the F-Tree is empty"
     runs = 0
-    for f in ft.nodes:
-        for n in (2, 4):
-            if f.split.length % n:
-                continue
+    for f in ft.nodes:  # n = 2 and 4 where they divide the split dims, else their smallest divisor
+        for n in [k for k in (2, 4) if f.split.length % k == 0] or f.split.divisors()[:1]:
             h = g.copy()
             log = Fission().apply(h, Fission.application(n, f.split.comp, f.split.nodes))
             res = case.verify(h, f"ftree node {f.id} n={n}")
