@@ -149,13 +149,34 @@ def test_exported_fission_loop_computes_the_unsplit_result_at_the_simulated_peak
     assert mem["measured_peak_bytes"] == simulate(g, order).peak == 2176 + 128 + 2 * 512
 
 
-def test_ftree_on_the_mlp_offers_the_batch_split():
+def test_algorithm_1_on_the_mlp_by_hand():
+    """Hot-spots at the peak (step r): x, w1, w2 (resident) and a, r (2048 B each); y is not hot.
+    In both components that span the ops (the batch, and the hidden dim of 64), G' = {a, r, y} is a
+    chain, so a dominates r dominates y.  Eq. 3: heat(a) = |a| + |r| = 4096, heat(r) = 2048,
+    heat(y) = 0.  Eq. 4 with n = 2: every input of T.des(a) = {a, r, y} from outside (x, w1, w2) is a
+    hot-spot, so score(a) = 4096 / 2 = 2048; T.des(r) reads a and w2, both hot: score(r) = 1024.
+    Normalised by s_max = 2048 with L = 4: a is in level [1, 1.25), r in [0.5, 0.75).  Candidates:
+    S = T.des(a) minus a = {r, y} and S = T.des(r) minus r = {y}, in both components -- along the
+    batch every output is concatenated, along the hidden dim y is a partial sum over it."""
     g, t = mlp()
     ft = build_ftree(g)
-    assert ft.nodes, "no candidate"
-    batch = DGraph(g).component((t["x"].node, 0, 0))
-    assert any(f.split.comp == batch and set(f.split.nodes) >= {t["r"].node} for f in ft.nodes)
-    assert all(f.n == 1 and f.heat > 0 for f in ft.nodes)
+    dg = ft.dgraph
+    batch, hidden = dg.component((t["x"].node, 0, 0)), dg.component((t["w1"].node, 0, 1))
+    r, y, a = t["r"].node, t["y"].node, t["a"].node
+    got = {(frozenset(f.split.nodes), f.split.comp): (f.dominator, f.heat, f.score, f.level,
+                                                      f.split.combine) for f in ft.nodes}
+    assert got == {
+        (frozenset({r, y}), batch): (a, 4096, 2048.0, 4, [("cat", 0)]),
+        (frozenset({y}), batch): (r, 2048, 1024.0, 2, [("cat", 0)]),
+        (frozenset({r, y}), hidden): (a, 4096, 2048.0, 4, [("sum", None)]),
+        (frozenset({y}), hidden): (r, 2048, 1024.0, 2, [("sum", None)]),
+    }
+    for f in ft.nodes:  # nested candidates are children: {y} under a {r, y}
+        if len(f.split.nodes) == 1:
+            assert f.parent is not None and set(ft.nodes[f.parent].split.nodes) == {r, y}
+        else:
+            assert f.parent is None
+    assert all(f.n == 1 for f in ft.nodes)
 
 
 def test_a_region_its_mean_loss_and_its_backward_split_together_exactly():
