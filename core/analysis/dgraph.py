@@ -132,7 +132,8 @@ class SplitError(ValueError):
 
 
 VALUE_FREE = ("aten.ones_like.default", "aten.zeros_like.default", "aten.empty_like.default",
-              "aten.full_like.default")  # their values do not depend on their input's values
+              "aten.full_like.default", "aten.new_ones.default", "aten.new_zeros.default",
+              "aten.new_empty.default", "aten.new_full.default")  # values independent of the input's
 
 
 def value_free(g: Graph, v: int) -> bool:

@@ -70,7 +70,8 @@ def _scores(g: Graph, members: list[int], hot: dict[TRef, int], n: int,
     Dominance is from the activation input: a predecessor outside ``reach`` (what the activation
     input reaches: e.g. the labels' views, read by the loss) is an extra entry and is ignored."""
     idx = {v: i for i, v in enumerate(members)}
-    preds = [[idx[p] for p in g.preds(v) if p in idx and (reach is None or p in reach)] for v in members]
+    preds = [[] if value_free(g, v) else [idx[p] for p in g.preds(v) if p in idx and (reach is None or p in reach)]
+             for v in members]  # a value-free op (ones_like, new_ones ...) reads only a shape: an entry
     idom = dag_idom(preds)
     children: list[list[int]] = [[] for _ in members]
     for i, d in enumerate(idom):
@@ -163,7 +164,7 @@ def _reachable(g: Graph) -> set[int] | None:
     seen, stack = {start}, [start]
     while stack:
         for u in g.users(stack.pop()):
-            if u not in seen:
+            if u not in seen and not value_free(g, u):
                 seen.add(u)
                 stack.append(u)
     return seen

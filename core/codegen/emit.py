@@ -101,7 +101,6 @@ class ScriptWriter:
         self.names = {r: prefix + v for r, v in variable_names(g, self.order).items()}
         self.plan: ReleasePlan = release_plan(g, self.order, copy_done)
         self.fissions = 0
-        self.scoped: list[str] = []
         self.bound: set[TRef] = set()  # tensors bound to their own name
         self.pending_loads: set[TRef] = set()
         self.uses_swap = any(g[n].kind in (NodeKind.STORE, NodeKind.LOAD) for n in self.order)
@@ -181,9 +180,8 @@ class ScriptWriter:
             t = node.outputs[j]
             alloc = "torch.zeros" if how == "sum" else "torch.empty"
             tgt = self._target(r)
-            if tgt == "_":  # an unused output still takes its storage during the step
-                tgt = f"{prefix}unused{j}"
-                self.scoped.append(tgt)
+            if tgt == "_":  # an unused output still takes its storage during the step (deleted after
+                tgt = f"{prefix}unused{j}"  # it by the release plan, like any output read by nobody)
             self.bound.add(r)
             self.names[r] = tgt
             out_lines.append(f"{tgt} = {alloc}({list(t.shape)}, dtype=torch.{t.dtype}, device=device)")
@@ -259,8 +257,6 @@ class ScriptWriter:
             self.underscore = False
             out.extend(emitter(self, node))
             dead = ["_"] if self.underscore else []
-            dead += self.scoped
-            self.scoped = []
             dead += [self.names[r] for r in self.plan.after[i] if r in self.bound]
             if dead:
                 out.append("del " + ", ".join(dead))

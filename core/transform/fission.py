@@ -170,8 +170,9 @@ def _input_free(g: Graph, u: int) -> TRef:
     """Replace value-free op ``u`` (``ones_like(x)`` ...) by ``full(shape, value)`` with no input."""
     node = g.nodes[u]
     t = node.outputs[0]
-    value = {"aten.ones_like.default": 1.0, "aten.full_like.default": node.args[1] if len(node.args) > 1
-             else node.kwargs.get("fill_value", 0.0)}.get(node.op, 0.0)
+    fill = {"aten.full_like.default": 1, "aten.new_full.default": 2}.get(node.op)
+    value = (node.args[fill] if fill is not None and len(node.args) > fill else node.kwargs.get("fill_value", 0.0)) \
+        if fill is not None else 1.0 if node.op in ("aten.ones_like.default", "aten.new_ones.default") else 0.0
     new = g.add_node(name=f"{node.name}_full", op="aten.full.default", args=[list(t.shape), value],
                      kwargs={"dtype": TorchConst("dtype", t.dtype), "layout": TorchConst("layout", "strided"),
                              "device": TorchConst("device", "cpu"), "pin_memory": False},
