@@ -37,8 +37,6 @@ from ..ir.graph import Graph, NodeKind, TRef
 
 Key = tuple[int, int, int]  # (node id, output index, dim >= 0 | -reduce axis)
 
-_RANDOM = ("rand", "dropout", "bernoulli", "normal", "multinomial", "uniform", "exponential")
-
 
 class DGraph:
     """The D-Graph of ``g`` as a union-find over its D-nodes, plus each op's dim links."""
@@ -188,8 +186,7 @@ def plan_split(g: Graph, dg: DGraph, nodes: Iterable[int], comp: Key) -> Split:
             raise SplitError(f"{n.name!r} is a {n.kind.value} node, not a compute op")
         if v in dg.unknown:
             raise SplitError(f"{n.name!r} ({n.op}) has no dim links in the ops registry")
-        opname = n.op.split(".")[1] if n.op.count(".") >= 1 else n.op
-        if any(k in opname for k in _RANDOM):
+        if ops.draws_random(n.op):
             raise SplitError(f"{n.name!r} draws random numbers")
         mine = dg.keys(v, comp)
         for j in range(len(n.outputs)):

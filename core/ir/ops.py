@@ -779,3 +779,12 @@ def reduction_of(node: Node) -> int | None:
     if pos < len(node.args):
         return node.args[pos]
     return node.kwargs.get("reduction", 1)
+
+
+_RANDOM = ("rand", "dropout", "bernoulli", "normal", "multinomial", "uniform", "exponential")
+
+
+def draws_random(op: str) -> bool:
+    """Whether ``op`` draws random numbers (running it again, or in parts, changes its values)."""
+    name = op.split(".")[1] if op.count(".") >= 1 else op
+    return any(k in name for k in _RANDOM)

@@ -20,10 +20,14 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from ..analysis.dgraph import DGraph, SplitError, plan_split
+from ..analysis.ftree import build_ftree
 from ..cost.model import AnalyticCost, CostModel
 from ..ir.graph import Graph, TRef
+from ..schedule.baselines import TracedOrder
 from ..schedule.placement import place_and_simulate
 from ..simulate import SimResult, simulate
+from ..transform.fission import Fission, apply_split
 from ..transform.registry import REMAT_RULES
 from ..transform.rule import Application
 from ..transform.swap import Swap, swappable
@@ -161,11 +165,6 @@ def greedy_fission(g: Graph, order: list[int] | None = None, cost: CostModel | N
                    progress: Callable[[str], None] | None = None) -> GreedyResult:
     """Enable F-Tree nodes of ``g`` (built on ``order``'s hot-spots) best score first; each one at
     the n of ``ns`` with the lowest simulated peak (traced order), kept only if it lowers the peak."""
-    from ..analysis.dgraph import DGraph, SplitError, plan_split
-    from ..analysis.ftree import build_ftree
-    from ..schedule.baselines import TracedOrder
-    from ..transform.fission import Fission
-
     t0 = time.perf_counter()
     cost = cost or AnalyticCost()
     h = g.copy()
@@ -188,26 +187,28 @@ def greedy_fission(g: Graph, order: list[int] | None = None, cost: CostModel | N
         nodes = set(f.split.nodes)
         if nodes & used:
             continue
-        try:
-            plan_split(h, DGraph(h), nodes, f.split.comp)
+        try:  # planned once on the current graph (earlier fissions may have changed it)
+            split = plan_split(h, DGraph(h), nodes, f.split.comp)
         except SplitError:
             continue
         best = None
         for n in ns:
-            if f.split.length % n:
+            if split.length % n:
                 continue
             app = rule.application(n, f.split.comp, nodes)
-            log = rule.apply(h, app)
+            with h.recording() as log:  # what rule.apply(h, app) does, without planning it again
+                apply_split(h, split, n)
             o, s2 = run(h)
             evaluated += 1
             simulated += 1
-            rule.inverse(h, log)
+            h.undo(log)
             if s2.peak < sim.peak and (best is None or (s2.peak, s2.latency) < (best[2].peak, best[2].latency)):
                 best = (app, o, s2)
         if best is None:
             continue
         app, cur_order, sim = best
-        rule.apply(h, app)
+        with h.recording():
+            apply_split(h, split, app.params[0])  # the same node ids as when it was evaluated
         apps.append(app)
         used |= nodes
         if progress:

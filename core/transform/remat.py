@@ -8,10 +8,9 @@ from __future__ import annotations
 import copy
 from collections.abc import Iterable
 
+from ..ir import ops
 from ..ir.graph import Graph, NodeKind, TRef, copy_struct
 from .rule import Application, Rule
-
-_RANDOM = ("rand", "dropout", "bernoulli", "normal", "multinomial", "uniform", "exponential")
 
 
 def recomputable(g: Graph, nid: int) -> bool:
@@ -22,8 +21,7 @@ def recomputable(g: Graph, nid: int) -> bool:
         return False
     if any(t.alias is not None for t in n.outputs):
         return False
-    name = n.op.split(".")[1] if n.op.count(".") >= 1 else n.op
-    return not any(k in name for k in _RANDOM)
+    return not ops.draws_random(n.op)
 
 
 class Remat(Rule):
