@@ -311,15 +311,18 @@ def _literal(obj: Any, indent: str = "    ") -> str:
     return "{\n" + "\n".join(rows) + "\n}"
 
 
-def generate_source(g: Graph, order: Sequence[int], schedule_name: str = "custom", cost: Any = None) -> str:
-    """The exported script for ``g`` run in ``order`` (a list of op node ids).
+def generate_source(g: Graph, order: Sequence[int], schedule_name: str = "custom", cost: Any = None,
+                    sim: Any = None) -> str:
+    """The exported script for ``g`` run in ``order`` (a list of op node ids); ``sim``: its
+    simulation with ``cost`` when the caller already has it.
 
     Raises GraphError if ``order`` is not a valid schedule, CodegenError if a node cannot be written.
     """
     from ..simulate import simulate
 
     order = list(order)
-    sim = simulate(g, order, cost=cost)
+    if sim is None:
+        sim = simulate(g, order, cost=cost)
     writer = ScriptWriter(g, order, sim.copy_done)
     body = writer.body()
     spec = input_spec(g)

@@ -257,7 +257,8 @@ def verify_graph(g: Graph, order: Sequence[int], tensors: dict[str, torch.Tensor
     key) against the eager outputs ``ref``: :func:`verify_module` once the reference exists, so
     many graphs of one model (transformed, rescheduled) share one eager run."""
     order = list(order)
-    src = generate_source(g, order, schedule_name=schedule)
+    sim = simulate(g, order)  # the script's release plan and the peak it is compared with
+    src = generate_source(g, order, schedule_name=schedule, sim=sim)
     with tempfile.TemporaryDirectory(prefix="magis_verify_") as tmp:
         path = Path(script_dir or tmp) / f"{_safe(g.name)}_{_safe(schedule)}.py"
         path.write_text(src)
@@ -268,7 +269,7 @@ def verify_graph(g: Graph, order: Sequence[int], tensors: dict[str, torch.Tensor
 
     keys = list(g.outputs)
     per = compare(got, ref, keys, rtol, atol)
-    prof = simulate(g, order, validate=False).memory  # the script was generated from this simulation
+    prof = sim.memory
     measured, simulated = int(mem["measured_peak_bytes"]), int(prof.peak)
     ratio = measured / simulated if simulated else float("nan")
     first_diff = None
