@@ -163,7 +163,7 @@ def test_algorithm_1_on_the_mlp_by_hand():
     dg = ft.dgraph
     batch, hidden = dg.component((t["x"].node, 0, 0)), dg.component((t["w1"].node, 0, 1))
     r, y, a = t["r"].node, t["y"].node, t["a"].node
-    got = {(frozenset(f.split.nodes), f.split.comp): (f.dominator, f.heat, f.score, f.level,
+    got = {(frozenset(f.split.nodes), dg.component(f.split.comp)): (f.dominator, f.heat, f.score, f.level,
                                                       f.split.combine) for f in ft.nodes}
     assert got == {
         (frozenset({r, y}), batch): (a, 4096, 2048.0, 4, [("cat", 0)]),

@@ -1,6 +1,6 @@
 """Fission end to end on every tiny workload and both toy graphs: each F-Tree candidate enabled alone
-at n = 2 and n = 4 where they divide (else the smallest divisor), then seeded random combinations of disjoint candidates; each
-transformed graph is exported, run, and compared with eager PyTorch (loss and every gradient, rtol
+at n = 2 and n = 4 where they divide (else the smallest divisor), then seeded random walks of the
+F-Tree mutation rules (nested fission included); each transformed graph is exported, run, and compared with eager PyTorch (loss and every gradient, rtol
 1e-4) and the measured peak with the simulated one (within 2%; it is exact).  The workloads run in
 float64 (``workload_cases.Case``): splitting changes the order of floating-point sums.  Applying and
 taking back an F-Trans restores the graph exactly.
@@ -14,12 +14,15 @@ import random
 import pytest
 import torch
 
-from core.analysis.dgraph import DGraph, SplitError, plan_split
+from core.analysis.dgraph import SplitError
 from core.analysis.ftree import build_ftree
 from core.transform.fission import Fission
+from core.transform.ftree_rules import FTreeMutations
+from core.transform.registry import get_rule
 from tests.workload_cases import TINY, Case
 
-COMBINATIONS = 20
+COMBINATIONS = 20  # random walks
+STEPS = 5  # rule applications per walk
 
 pytestmark = pytest.mark.slow
 
@@ -48,31 +51,39 @@ def test_every_ftree_candidate_alone(case: Case):
           f"worst peak ratio {case.worst_peak_ratio:.6f}")
 
 
-def test_random_combinations_of_disjoint_candidates(case: Case):
+def test_random_walks_of_the_ftree_mutation_rules(case: Case):
+    """From the imported graph, seeded random walks of Enable / Lift / Disable / Mutate (section 5.1;
+    Lift and Mutate weighted up, so that enabled nodes nest): every state is verified, and the walk
+    taken back step by step restores the graph exactly.  An application may be refused (SplitError:
+    e.g. a nested part whose dim became 1 no longer links like the full one); refusals are counted."""
     g = case.g
-    ft = build_ftree(g)
-    done = 0
+    mut = FTreeMutations(build_ftree(g))
+    done = nested = refused = 0
+    used: dict[str, int] = {}
     for seed in range(COMBINATIONS):
         rng = random.Random(seed)
         h = g.copy()
-        picks = rng.sample(ft.nodes, min(len(ft.nodes), rng.randint(2, 4)))
-        used: set[int] = set()
-        applied = 0
-        for f in picks:
-            nodes = set(f.split.nodes)
-            if nodes & used:
+        walk = []
+        for step in range(STEPS):
+            apps = mut.applications(h)
+            if not apps:
+                break
+            app = rng.choices(apps, [3 if a.rule in ("lift", "mutate") else 1 for a in apps])[0]
+            try:
+                log = get_rule(app.rule).apply(h, app)
+            except (SplitError, ValueError):
+                refused += 1
                 continue
-            n = rng.choice(f.split.divisors()[:3])
-            try:  # earlier fissions may make this one non-convex: then it is skipped
-                plan_split(h, DGraph(h), nodes, f.split.comp)
-            except SplitError:
-                continue
-            Fission().apply(h, Fission.application(n, f.split.comp, nodes))
-            used |= nodes
-            applied += 1
-        if applied:
-            res = case.verify(h, f"combination {seed}")
-            assert res["fission_nodes"] == applied
+            walk.append((app, log))
+            used[app.rule] = used.get(app.rule, 0) + 1
+            nested += any(e.nested for e in mut.enabled(h).values())
+            case.verify(h, f"walk {seed} step {step}: {app.rule}")
             done += 1
-    assert done >= COMBINATIONS // 2
-    print(f"\n{g.name}: {done} combinations verified, worst peak ratio {case.worst_peak_ratio:.6f}")
+        for app, log in reversed(walk):
+            get_rule(app.rule).inverse(h, log)
+        assert h.same_as(g)
+    assert done >= COMBINATIONS and refused <= done // 4
+    if case.g.name in TINY:
+        assert nested > 0 and set(used) >= {"fission", "disable"}
+    print(f"\n{g.name}: {done} states of {COMBINATIONS} walks verified ({used}; {nested} with nested "
+          f"fission, {refused} applications refused), worst peak ratio {case.worst_peak_ratio:.6f}")

@@ -27,13 +27,14 @@ axis in D, e.g. weight gradients along the batch).  The constraints, checked in 
 
 from __future__ import annotations
 
+import heapq
 import math
 from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from ..ir import ops
-from ..ir.graph import Graph, NodeKind, TRef
+from ..ir.graph import Graph, NodeKind, TRef, map_refs
 
 Key = tuple[int, int, int]  # (node id, output index, dim >= 0 | -reduce axis)
 
@@ -41,16 +42,20 @@ Key = tuple[int, int, int]  # (node id, output index, dim >= 0 | -reduce axis)
 class DGraph:
     """The D-Graph of ``g`` as a union-find over its D-nodes, plus each op's dim links."""
 
-    def __init__(self, g: Graph) -> None:
+    def __init__(self, g: Graph, nodes: Iterable[int] | None = None) -> None:
+        """The D-Graph of all of ``g``, or of the links of ``nodes`` alone (a sub-graph S: what
+        ``plan_split`` needs, in time proportional to S)."""
         self.g = g
         self.parent: dict[Key, Key] = {}
         self.links: dict[int, list[ops.DimLink]] = {}
         self.unknown: set[int] = set()  # ops without dim links (they block fission)
-        for n in g.nodes.values():
+        for n in (g.nodes.values() if nodes is None else (g.nodes[v] for v in nodes)):
             if n.kind == NodeKind.OP:
                 links = ops.dim_links(ops.ctx(n, g.tensor))
             elif n.kind in (NodeKind.STORE, NodeKind.LOAD):
                 links = [ops.DimLink(0, d, 0, d) for d, s in enumerate(n.outputs[0].shape) if s > 1]
+            elif n.kind == NodeKind.FISSION and n.fission is not None:
+                links = fission_links(g, n)
             else:
                 continue
             if links is None:
@@ -134,6 +139,51 @@ VALUE_FREE = ("aten.ones_like.default", "aten.zeros_like.default", "aten.empty_l
               "aten.new_empty.default", "aten.new_full.default")  # values independent of the input's
 
 
+def fission_links(g: Graph, node) -> list[ops.DimLink]:
+    """The dim links of a FISSION node of ``g``: input k's dim d and output j's dim e (or reduce
+    axis -e) are linked when their D-nodes are connected through the ops it replaced (at full size:
+    at part size a dim of size 1 links like a broadcast one), else through its sub-graph.  This is
+    what lets an F-Trans contain an enabled one (nested fission)."""
+    spec = node.fission
+    cached = getattr(spec, "_dim_links", None)
+    if cached is not None:
+        return cached
+    o = spec.origin
+    if o is not None:
+        sub = Graph("origin")  # the replaced ops at full size, reading placeholders
+        ref: dict[TRef, TRef] = {}
+        base = 1 + max(v.id for v in o.nodes)
+        for k, (r, now) in enumerate(zip(o.inputs, node.args, strict=False)):
+            ph = sub.add_node(id=base + k, name=f"input_{k}", op="placeholder", kind=NodeKind.PLACEHOLDER,
+                              outputs=[g.tensor(now)])
+            ref[r] = TRef(ph.id, 0)
+        for v in o.nodes:
+            c = v.copy()
+            c.args, c.kwargs = map_refs(c.args, lambda x: ref.get(x, x)), map_refs(c.kwargs, lambda x: ref.get(x, x))
+            sub.add_node(c, check=False)
+        phs = [sub.nodes[ref[r].node] for r in o.inputs]
+        outs = list(o.outputs)
+    else:
+        sub = spec.graph
+        phs = sub.placeholders()
+        outs = list(sub.outputs.values())
+    dg = DGraph(sub)
+    comp_in: dict[Key, list[tuple[int, int]]] = {}
+    for k, ph in enumerate(phs):
+        for d in range(len(ph.outputs[0].shape)):
+            key = (ph.id, 0, d)
+            if key in dg.parent:
+                comp_in.setdefault(dg.component(key), []).append((k, d))
+    links = []
+    for j, r in enumerate(outs):
+        for key in dg.node_keys.get(r.node, ()):
+            if key[1] == r.index:
+                for k, d in comp_in.get(dg.component(key), ()):
+                    links.append(ops.DimLink(k, d, j, key[2]))
+    spec._dim_links = links
+    return links
+
+
 def value_free(g: Graph, v: int) -> bool:
     """An op whose output depends only on its input's shape (F-Trans rebuilds it input-free)."""
     n = g.nodes[v]
@@ -170,19 +220,37 @@ def _connected(g: Graph, s: set[int]) -> bool:
     return len(seen) == len(s)
 
 
+def topological(g: Graph, s: set[int]) -> list[int]:
+    """S in a topological order of G[S], smaller ids first among ready nodes (the traced order for
+    imported ops; nodes a rule restored or added need not sit in order in ``g.nodes``)."""
+    indeg = {v: sum(1 for p in g.preds(v) if p in s) for v in s}
+    ready = [v for v, k in indeg.items() if k == 0]
+    heapq.heapify(ready)
+    out = []
+    while ready:
+        v = heapq.heappop(ready)
+        out.append(v)
+        for u in g.users(v):
+            if u in s:
+                indeg[u] -= 1
+                if indeg[u] == 0:
+                    heapq.heappush(ready, u)
+    return out
+
+
 def plan_split(g: Graph, dg: DGraph, nodes: Iterable[int], comp: Key) -> Split:
     """The split of S = ``nodes`` along component ``comp`` (SplitError naming the broken rule)."""
     s = set(nodes)
     if not s:
         raise SplitError("the sub-graph is empty")
-    order = [v for v in g.nodes if v in s]
-    if len(order) != len(s):
+    if any(v not in g.nodes for v in s):
         raise SplitError("the sub-graph names nodes the graph does not have")
+    order = topological(g, s)
     comp = dg.component(comp)
     out_dims: dict[TRef, int] = {}
     for v in order:
         n = g.nodes[v]
-        if n.kind != NodeKind.OP:
+        if n.kind not in (NodeKind.OP, NodeKind.FISSION):
             raise SplitError(f"{n.name!r} is a {n.kind.value} node, not a compute op")
         if v in dg.unknown:
             raise SplitError(f"{n.name!r} ({n.op}) has no dim links in the ops registry")
@@ -279,14 +347,19 @@ def plan_split(g: Graph, dg: DGraph, nodes: Iterable[int], comp: Key) -> Split:
     # argument rescaling must be known for every op (checked at n = 2 shapes by fission.apply)
     for v in order:
         n = g.nodes[v]
+        if n.kind == NodeKind.FISSION:  # its sub-graph is rescaled when the split is applied
+            continue
         full = [g.tensor(r) for r in n.inputs()]
         split_in = [out_dims.get(r) if r.node in s else in_dims.get(r) for r in n.inputs()]
         if ops.rescale_args(n, full, n.outputs, split_in) is None:
             raise SplitError(f"{n.name!r} ({n.op}): the registry does not know how its arguments "
                              f"change when the split dim shrinks")
     decouple = sorted({u for v in order for u in g.users(v) if u not in s and value_free(g, u)})
-    return Split(order, comp, length, out_dims, inputs, [in_dims[r] for r in inputs], outputs, combine,
+    # a D-node of S names the component in any D-Graph of S (an op's, which outlives nested fission)
+    first = next((v for v in order if g.nodes[v].kind == NodeKind.OP), order[0])
+    local = dg.keys(first, comp)[0]
+    return Split(order, local, length, out_dims, inputs, [in_dims[r] for r in inputs], outputs, combine,
                  mean_losses, tw_from, scale_grad, decouple)
 
 
-__all__ = ["DGraph", "Key", "Split", "SplitError", "plan_split"]
+__all__ = ["DGraph", "Key", "Split", "SplitError", "plan_split", "topological"]

@@ -40,7 +40,7 @@ from .types import (
     map_refs,
 )
 
-__all__ = ["COMBINES", "DTYPE_BYTES", "Edit", "EditLog", "FissionSpec", "Graph", "GraphError", "Node",
+__all__ = ["COMBINES", "DTYPE_BYTES", "Edit", "EditLog", "FissionOrigin", "FissionSpec", "Graph", "GraphError", "Node",
            "NodeKind", "TensorKind", "TensorMeta", "TorchConst", "TRef", "copy_struct", "kahn_order",
            "map_refs"]
 
@@ -61,9 +61,36 @@ class FissionSpec:
     n: int
     in_dims: list[int | None]
     out_combine: list[tuple[str, int | None]]
+    origin: FissionOrigin | None = None  # what it replaced (None inside an enclosing fission's sub-graph)
+    # its F-Tree identity: the ops S stood for (nested fission expanded) and a D-node of the split
+    # component on one of them
+    members: frozenset[int] = frozenset()
+    comp: tuple[int, int, int] | None = None
 
     def copy(self) -> FissionSpec:
-        return FissionSpec(self.graph.copy(), self.n, list(self.in_dims), [tuple(c) for c in self.out_combine])
+        return FissionSpec(self.graph.copy(), self.n, list(self.in_dims), [tuple(c) for c in self.out_combine],
+                           self.origin.copy() if self.origin is not None else None, self.members, self.comp)
+
+
+@dataclass
+class FissionOrigin:
+    """What an F-Trans replaced, so that it can be taken back as a rule of its own after other rules
+    ran (Disable, Lift and Mutate of MAGIS section 5.1): S's node ids, the split dimension's
+    length, copies of the nodes it erased (S, and the value-free readers it rebuilt) as they were, in
+    graph order, S's inputs and outputs in the order of the fission node's, the nodes it added besides itself
+    and which of them (``aten.full``) stands for which erased value-free reader."""
+
+    split: tuple[int, ...]
+    length: int  # of the split dimension (n divides it)
+    nodes: list[Node]
+    inputs: list[TRef]  # what S read from outside, in the order of the fission node's first arguments
+    outputs: list[TRef]
+    aux: tuple[int, ...] = ()
+    rebuilt: tuple[tuple[int, int], ...] = ()  # (full node, the reader it replaced)
+
+    def copy(self) -> FissionOrigin:
+        return FissionOrigin(self.split, self.length, [v.copy() for v in self.nodes], list(self.inputs),
+                             list(self.outputs), self.aux, self.rebuilt)
 
 
 

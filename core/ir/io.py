@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from .graph import (
+    FissionOrigin,
     FissionSpec,
     Graph,
     GraphError,
@@ -99,37 +100,96 @@ def _dec_tensor(d: dict[str, Any], where: str) -> TensorMeta:
 
 # ---- graphs ------------------------------------------------------------------------------------
 def graph_to_dict(g: Graph) -> dict[str, Any]:
-    nodes = []
-    for n in g.nodes.values():
-        d: dict[str, Any] = {"id": n.id, "name": n.name, "op": n.op, "kind": n.kind.value}
-        if n.args:
-            d["args"] = _enc(n.args)
-        if n.kwargs:
-            d["kwargs"] = {k: _enc(v) for k, v in n.kwargs.items()}
-        d["outputs"] = [_enc_tensor(t) for t in n.outputs]
-        if n.module:
-            d["module"] = n.module
-        if n.target:
-            d["target"] = n.target
-        if n.recompute_of is not None:
-            d["recompute_of"] = n.recompute_of
-        if n.fission is not None:
-            f = n.fission
-            d["fission"] = {
-                "n": f.n,
-                "in_dims": f.in_dims,
-                "out_combine": [list(c) for c in f.out_combine],
-                "graph": graph_to_dict(f.graph),
-            }
-        nodes.append(d)
     return {
         "schema": SCHEMA,
         "version": SCHEMA_VERSION,
         "name": g.name,
         "meta": g.meta,
-        "nodes": nodes,
+        "nodes": [node_to_dict(n) for n in g.nodes.values()],
         "outputs": {k: [r.node, r.index] for k, r in g.outputs.items()},
     }
+
+
+def node_to_dict(n: Node) -> dict[str, Any]:
+    d: dict[str, Any] = {"id": n.id, "name": n.name, "op": n.op, "kind": n.kind.value}
+    if n.args:
+        d["args"] = _enc(n.args)
+    if n.kwargs:
+        d["kwargs"] = {k: _enc(v) for k, v in n.kwargs.items()}
+    d["outputs"] = [_enc_tensor(t) for t in n.outputs]
+    if n.module:
+        d["module"] = n.module
+    if n.target:
+        d["target"] = n.target
+    if n.recompute_of is not None:
+        d["recompute_of"] = n.recompute_of
+    if n.fission is not None:
+        f = n.fission
+        d["fission"] = {
+            "n": f.n,
+            "in_dims": f.in_dims,
+            "out_combine": [list(c) for c in f.out_combine],
+            "graph": graph_to_dict(f.graph),
+        }
+        if f.members:
+            d["fission"]["members"] = sorted(f.members)
+        if f.comp is not None:
+            d["fission"]["comp"] = list(f.comp)
+        o = f.origin
+        if o is not None:
+            d["fission"]["origin"] = {"split": list(o.split), "length": o.length,
+                                      "nodes": [node_to_dict(v) for v in o.nodes],
+                                      "inputs": [[r.node, r.index] for r in o.inputs],
+                                      "outputs": [[r.node, r.index] for r in o.outputs], "aux": list(o.aux),
+                                      "rebuilt": [list(p) for p in o.rebuilt]}
+    return d
+
+
+def node_from_dict(nd: Any, i: int, validate: bool = True) -> Node:
+    if not isinstance(nd, dict) or "id" not in nd or "op" not in nd:
+        raise GraphError(f"node #{i}: missing 'id' or 'op'")
+    where = f"node {nd.get('name', nd['id'])!r}"
+    try:
+        kind = NodeKind(nd.get("kind", "op"))
+    except ValueError:
+        raise GraphError(f"{where}: unknown node kind {nd.get('kind')!r}") from None
+    if "outputs" not in nd or not isinstance(nd["outputs"], list):
+        raise GraphError(f"{where}: missing outputs (shapes)")
+    fission = None
+    if "fission" in nd:
+        f = nd["fission"]
+        fission = FissionSpec(
+            graph=graph_from_dict(f["graph"], validate=validate),
+            n=int(f["n"]),
+            in_dims=list(f["in_dims"]),
+            out_combine=[(c[0], c[1]) for c in f["out_combine"]],
+        )
+        fission.members = frozenset(int(x) for x in f.get("members", ()))
+        if "comp" in f:
+            fission.comp = (int(f["comp"][0]), int(f["comp"][1]), int(f["comp"][2]))
+        o = f.get("origin")
+        if o is not None:
+            fission.origin = FissionOrigin(
+                split=tuple(int(x) for x in o["split"]),
+                length=int(o["length"]),
+                nodes=[node_from_dict(v, k, validate) for k, v in enumerate(o["nodes"])],
+                inputs=[TRef(int(r[0]), int(r[1])) for r in o["inputs"]],
+                outputs=[TRef(int(r[0]), int(r[1])) for r in o["outputs"]],
+                aux=tuple(int(x) for x in o["aux"]),
+                rebuilt=tuple((int(p[0]), int(p[1])) for p in o["rebuilt"]))
+    return Node(
+        id=int(nd["id"]),
+        name=str(nd.get("name", f"n{nd['id']}")),
+        op=str(nd["op"]),
+        kind=kind,
+        args=_dec(nd.get("args", [])),
+        kwargs={k: _dec(v) for k, v in (nd.get("kwargs") or {}).items()},
+        outputs=[_dec_tensor(t, where) for t in nd["outputs"]],
+        module=nd.get("module", ""),
+        target=nd.get("target", ""),
+        recompute_of=nd.get("recompute_of"),
+        fission=fission,
+    )
 
 
 def graph_from_dict(d: Any, validate: bool = True) -> Graph:
@@ -145,38 +205,7 @@ def graph_from_dict(d: Any, validate: bool = True) -> Graph:
         raise GraphError("graph file has no node list")
     g = Graph(str(d.get("name", "graph")), d.get("meta") or {})
     for i, nd in enumerate(d["nodes"]):
-        if not isinstance(nd, dict) or "id" not in nd or "op" not in nd:
-            raise GraphError(f"node #{i}: missing 'id' or 'op'")
-        where = f"node {nd.get('name', nd['id'])!r}"
-        try:
-            kind = NodeKind(nd.get("kind", "op"))
-        except ValueError:
-            raise GraphError(f"{where}: unknown node kind {nd.get('kind')!r}") from None
-        if "outputs" not in nd or not isinstance(nd["outputs"], list):
-            raise GraphError(f"{where}: missing outputs (shapes)")
-        fission = None
-        if "fission" in nd:
-            f = nd["fission"]
-            fission = FissionSpec(
-                graph=graph_from_dict(f["graph"], validate=validate),
-                n=int(f["n"]),
-                in_dims=list(f["in_dims"]),
-                out_combine=[(c[0], c[1]) for c in f["out_combine"]],
-            )
-        node = Node(
-            id=int(nd["id"]),
-            name=str(nd.get("name", f"n{nd['id']}")),
-            op=str(nd["op"]),
-            kind=kind,
-            args=_dec(nd.get("args", [])),
-            kwargs={k: _dec(v) for k, v in (nd.get("kwargs") or {}).items()},
-            outputs=[_dec_tensor(t, where) for t in nd["outputs"]],
-            module=nd.get("module", ""),
-            target=nd.get("target", ""),
-            recompute_of=nd.get("recompute_of"),
-            fission=fission,
-        )
-        g.add_node(node, check=False)
+        g.add_node(node_from_dict(nd, i, validate), check=False)
     for k, r in (d.get("outputs") or {}).items():
         g.outputs[k] = TRef(int(r[0]), int(r[1]))
     if validate:

@@ -304,6 +304,41 @@ class _Checker:
             if c[1] is not None:
                 self.int_in(c[1], -self.lim.max_rank, self.lim.max_rank - 1, f"{w} fission out_combine dim")
         self.graph(f.get("graph"), f"{w} fission sub-graph")
+        self.id_list(f.get("members", []), f"{w} fission members")
+        comp = f.get("comp", [0, 0, 0])
+        if not (isinstance(comp, list) and len(comp) == 3 and all(_is_int(x) for x in comp)):
+            raise GraphError(f"{w}: fission comp must be [node, output, dim]")
+        o = f.get("origin")
+        if o is None:
+            return
+        if not isinstance(o, dict):
+            raise GraphError(f"{w}: fission origin must be an object, not {_kind(o)}")
+        self.int_in(o.get("length"), 1, 2**62, f"{w} fission origin length")
+        for key in ("split", "aux"):
+            self.id_list(o.get(key), f"{w} fission origin {key}")
+        for key in ("inputs", "outputs", "rebuilt"):
+            pairs = o.get(key)
+            if not isinstance(pairs, list) or len(pairs) > self.lim.max_nodes:
+                raise GraphError(f"{w}: fission origin {key} must be an array of pairs")
+            for p in pairs:
+                if not (isinstance(p, list) and len(p) == 2):
+                    raise GraphError(f"{w}: fission origin {key} must be an array of pairs")
+                self.id_list(p, f"{w} fission origin {key}")
+        nodes = o.get("nodes")
+        if not isinstance(nodes, list):
+            raise GraphError(f"{w}: fission origin nodes must be an array")
+        self.nodes += len(nodes)
+        if self.nodes > self.lim.max_nodes:
+            raise GraphError(f"{w}: more than {self.lim.max_nodes:,} nodes")
+        ids: dict = {}
+        for i, nd in enumerate(nodes):
+            self.node(nd, i, f"{w} fission origin ", ids)
+
+    def id_list(self, v: Any, where: str) -> None:
+        if not isinstance(v, list) or len(v) > self.lim.max_nodes:
+            raise GraphError(f"{where} must be an array of node ids")
+        for x in v:
+            self.int_in(x, 0, self.lim.max_id, where)
 
 
 def _refs(v: Any, out: set[tuple[int, int]]) -> None:

@@ -11,9 +11,9 @@ from __future__ import annotations
 import copy
 from collections.abc import Iterable
 
-from ..analysis.dgraph import DGraph, Key, Split, SplitError, plan_split
+from ..analysis.dgraph import DGraph, Key, Split, SplitError, plan_split, topological
 from ..ir import ops
-from ..ir.graph import FissionSpec, Graph, NodeKind, TensorMeta, TorchConst, TRef, map_refs
+from ..ir.graph import FissionOrigin, FissionSpec, Graph, Node, NodeKind, TensorMeta, TorchConst, TRef, map_refs
 from .rule import Application, Rule
 
 
@@ -29,18 +29,21 @@ def _part(t: TensorMeta, d: int | None, n: int) -> TensorMeta:
 
 
 def sub_graph(g: Graph, split: Split, n: int, inputs: list[TRef] | None = None,
-              tw_full: dict[int, TRef] | None = None) -> Graph:
-    """One part of G[S] as its own graph: placeholders for S's inputs (``input:k``; ``inputs``
-    overrides ``split.inputs``, e.g. after value-free inputs were rebuilt, and ``tw_full`` adds the
-    full total weight of each mean nll loss, shared), the ops of S at part size with rescaled
-    arguments (mean losses summed, their backward divided by the full count), and S's outputs as
-    ``output_k``."""
+              tw_full: dict[int, TRef] | None = None, in_dims: list[int | None] | None = None,
+              outputs: list[TRef] | None = None) -> Graph:
+    """One part of G[S] as its own graph: placeholders for S's inputs (``input:k``; ``inputs`` /
+    ``in_dims`` override ``split.inputs`` / ``split.in_dims``, e.g. after value-free inputs were
+    rebuilt, and ``tw_full`` adds the full total weight of each mean nll loss, shared), the ops of S
+    at part size with rescaled arguments (mean losses summed, their backward divided by the full
+    count; an enabled F-Trans inside S with its own sub-graph rescaled: nested fission), and S's
+    outputs (``outputs`` overrides ``split.outputs``) as ``output_k``."""
     sub = Graph(f"{g.name}:fission", {"mode": g.meta.get("mode", "train")})
     ref_map: dict[TRef, TRef] = {}
     inputs = list(split.inputs) if inputs is None else inputs
+    in_dims = list(split.in_dims) if in_dims is None else in_dims
     tw_full = tw_full or {}
-    dims = dict(zip(inputs, split.in_dims, strict=True))
-    for k, (r, d) in enumerate([*zip(inputs, split.in_dims, strict=True), *((r, None) for r in tw_full.values())]):
+    dims = dict(zip(inputs, in_dims, strict=True))
+    for k, (r, d) in enumerate([*zip(inputs, in_dims, strict=True), *((r, None) for r in tw_full.values())]):
         src = g.nodes[r.node]
         ph = sub.add_node(name=f"{src.name}_part" if d is not None else src.name, op="placeholder",
                           kind=NodeKind.PLACEHOLDER, outputs=[_part(g.tensor(r), d, n)],
@@ -56,6 +59,14 @@ def sub_graph(g: Graph, split: Split, n: int, inputs: list[TRef] | None = None,
             if t.alias is not None:
                 p.alias = ref_map[t.alias]
             outs.append(p)
+        if node.kind == NodeKind.FISSION:  # nested: the same loop over smaller parts
+            spec = rescale_fission(node.fission, in_split, n)
+            args = map_refs(node.args, ref_map.__getitem__)
+            m = sub.add_node(name=node.name, op=node.op, kind=NodeKind.FISSION, args=args, outputs=outs,
+                             module=node.module, fission=spec)
+            for j in range(len(node.outputs)):
+                ref_map[TRef(v, j)] = TRef(m.id, j)
+            continue
         new = ops.rescale_args(node, full_ins, outs, in_split)
         if new is None:
             raise SplitError(f"{node.name!r} ({node.op}): arguments cannot be rescaled")
@@ -80,10 +91,32 @@ def sub_graph(g: Graph, split: Split, n: int, inputs: list[TRef] | None = None,
                          kwargs=kwargs, outputs=outs, module=node.module)
         for j in range(len(node.outputs)):
             ref_map[TRef(v, j)] = TRef(m.id, j)
-    for k, r in enumerate(split.outputs):
+    for k, r in enumerate(split.outputs if outputs is None else outputs):
         sub.outputs[f"output_{k}"] = ref_map[r]
     sub.validate()
     return sub
+
+
+def rescale_fission(spec: FissionSpec, in_split: list[int | None], n: int) -> FissionSpec:
+    """An enabled F-Trans inside a sub-graph being split into n parts: its inputs are sliced along
+    ``in_split``, so its own sub-graph is split along the same component (one more level of parts)."""
+    inner = spec.graph
+    phs = [TRef(ph.id, 0) for ph in inner.placeholders()]
+    d_of = dict(zip(phs, in_split, strict=True))
+    sliced = [(r, d) for r, d in d_of.items() if d is not None and d >= 0]
+    if not sliced:
+        raise SplitError("a nested F-Trans reads no input sliced along the split dimension")
+    ops_ = [m.id for m in inner.ops()]
+    r0, d0 = sliced[0]
+    split = plan_split(inner, DGraph(inner, ops_), ops_, (r0.node, 0, d0))
+    for r, d in zip(split.inputs, split.in_dims, strict=True):
+        if d_of[r] != d:
+            raise SplitError("a nested F-Trans would slice one of its inputs along another dimension")
+    if split.length % n:
+        raise SplitError(f"n={n} does not divide the parts of a nested F-Trans (size {split.length})")
+    sub = sub_graph(inner, split, n, inputs=phs, in_dims=[d_of[r] for r in phs],
+                    outputs=list(inner.outputs.values()))
+    return FissionSpec(sub, spec.n, list(spec.in_dims), list(spec.out_combine), None, spec.members, spec.comp)
 
 
 def _set_arg(args: list, kwargs: dict, pos: int, name: str, value) -> tuple[list, dict]:
@@ -115,7 +148,8 @@ class Fission(Rule):
 
     def edit(self, g: Graph, app: Application) -> None:
         n, cn, cj, cd, *nodes = app.params
-        split = plan_split(g, DGraph(g), nodes, (cn, cj, cd))
+        dg = DGraph(g, nodes) if cn in nodes else DGraph(g)  # a D-node of S: S's links suffice
+        split = plan_split(g, dg, nodes, (cn, cj, cd))
         apply_split(g, split, n)
 
 
@@ -124,9 +158,15 @@ def apply_split(g: Graph, split: Split, n: int) -> int:
     if n < 2 or split.length % n:
         raise SplitError(f"n={n} does not divide the split dimension of size {split.length}")
     s = set(split.nodes)
+    kept = s | set(split.decouple)
+    origin = FissionOrigin(tuple(split.nodes), split.length, [g.nodes[v].copy() for v in topological(g, kept)],
+                           list(split.inputs), list(split.outputs))
+    first_new = g.new_id()
     inputs = list(split.inputs)
+    rebuilt = []
     for u in split.decouple:  # ones_like(loss) & co.: rebuilt from its shape alone
         new = _input_free(g, u)
+        rebuilt.append((new.node, u))
         inputs = [new if r == TRef(u, 0) else r for r in inputs]
     tw_full = {f: _total_weight(g, f, s) for f in split.mean_losses if g.nodes[f].op != "aten.mse_loss.default"}
     sub = sub_graph(g, split, n, inputs, tw_full)
@@ -137,10 +177,12 @@ def apply_split(g: Graph, split: Split, n: int) -> int:
         t.alias, t.storage_bytes = None, None
         outs.append(t)
     name = f"fission_{first.name}_{len(split.nodes)}x{n}"
+    members = frozenset().union(*(g.nodes[v].fission.members if g.nodes[v].kind == NodeKind.FISSION else {v}
+                                  for v in split.nodes))
     f = g.add_node(name=name, op="fission", kind=NodeKind.FISSION, args=inputs + list(tw_full.values()),
                    outputs=outs, module=first.module,
                    fission=FissionSpec(sub, n, list(split.in_dims) + [None] * len(tw_full),
-                                       [tuple(c) for c in split.combine]))
+                                       [tuple(c) for c in split.combine], origin, members, split.comp))
     for k, r in enumerate(split.outputs):
         outside = [u for u in g.readers(r) if u not in s]
         new = TRef(f.id, k)
@@ -157,7 +199,57 @@ def apply_split(g: Graph, split: Split, n: int) -> int:
         g.replace_all_uses_with(r, new, only=outside, outputs=True)
     for v in reversed(split.nodes):
         g.erase_node(v)
+    origin.aux = tuple(v for v in range(first_new, g.new_id()) if v in g.nodes and v != f.id)
+    origin.rebuilt = tuple(rebuilt)
     return f.id
+
+
+def defission(g: Graph, fid: int) -> list[int]:
+    """Take back the F-Trans of fission node ``fid`` as a forward edit (graph primitives only): S's
+    nodes come back as they were (their own ids), the node's readers read them again and what the
+    F-Trans added goes.  What the node reads now (later rules may have re-wired its inputs: a
+    swap, a recomputed copy, a neighbour's fission) is what S's nodes read.  Returns S's ids;
+    ValueError when it cannot be taken back."""
+    node = g.nodes[fid]
+    spec = node.fission
+    if node.kind != NodeKind.FISSION or spec is None:
+        raise ValueError(f"{node.name!r} is not a fission node")
+    o = spec.origin
+    if o is None:
+        raise ValueError(f"{node.name!r} does not record the nodes it replaced")
+    aux = set(o.aux)
+    restored = {v.id for v in o.nodes}
+    now = {r: c for r, c in zip(o.inputs, node.args, strict=False) if r.node not in restored and r != c}
+    for v in o.nodes:
+        g.add_node(_reading(v, now))
+    for k, r in enumerate(o.outputs):
+        out = TRef(fid, k)
+        for u in g.readers(out):
+            if u in aux:  # the mean of a split loss: its readers read the loss again
+                for j in range(len(g.nodes[u].outputs)):
+                    g.replace_all_uses_with(TRef(u, j), r, outputs=True)
+        g.replace_all_uses_with(out, r, outputs=True)
+    for full, u in o.rebuilt:
+        g.replace_all_uses_with(TRef(full, 0), TRef(u, 0), outputs=True)
+    g.erase_node(fid)
+    for v in sorted(aux, reverse=True):
+        g.erase_node(v)
+    return list(o.split)
+
+
+def _reading(v: Node, now: dict[TRef, TRef]) -> Node:
+    """A copy of ``v`` whose tensor inputs (and views of them) follow ``now``."""
+    c = v.copy()
+    if not now:
+        return c
+    sub = lambda r: now.get(r, r)  # noqa: E731
+    outs = []
+    for t in c.outputs:
+        if t.alias is not None and t.alias in now:
+            t.alias = now[t.alias]
+        outs.append(t)
+    return Node(c.id, c.name, c.op, c.kind, map_refs(c.args, sub), map_refs(c.kwargs, sub), outs, c.module,
+                c.target, c.recompute_of, c.fission)
 
 
 def _fresh(t: TensorMeta) -> TensorMeta:
@@ -212,4 +304,4 @@ def _total_weight(g: Graph, f: int, s: set[int]) -> TRef:
     return TRef(tw.id, 0)
 
 
-__all__ = ["Fission", "apply_split", "sub_graph"]
+__all__ = ["Fission", "apply_split", "defission", "rescale_fission", "sub_graph"]

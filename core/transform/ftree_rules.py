@@ -1,0 +1,251 @@
+"""F-Tree mutation rules (MAGIS section 5.1) over the F-Tree of the imported graph.
+
+The F-Tree (``analysis.ftree``) is built once; which of its nodes are enabled, and with which n, is
+read off the graph itself: an enabled node is a fission node whose ``members`` (the imported ops it
+stands for, nested fission expanded) are the tree node's S.  The four rules:
+
+* **Enable** -- a disabled leaf, or the parent of an enabled node, without enabled ancestors: the
+  ``fission`` rule on S as it stands in the graph (the enabled children inside it become nested
+  fission), at n = the smallest divisor of the split dimension.
+* **Lift** -- an enabled node without enabled ancestors is disabled and its parent enabled (its enabled
+  descendants stay enabled, now nested in the parent).
+* **Disable** -- an enabled node without enabled descendants goes back to n = 1.
+* **Mutate** -- an enabled node's n becomes the next number that divides its dimension.
+
+Disable and Mutate reach a node nested in enabled ancestors by taking the ancestors back, changing it
+and applying the ancestors again, in one application.  Applications name fission nodes by their ids
+and F-Tree nodes by their S (node ids of the imported graph), so a plan replays without the F-Tree.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from ..analysis.dgraph import DGraph, SplitError, plan_split
+from ..analysis.ftree import FNode, FTree
+from ..ir.graph import Graph, NodeKind, TRef
+from .fission import Fission, apply_split, defission
+from .rule import Application, Rule
+
+
+def _refission(g: Graph, nodes: list[int], comp: tuple[int, int, int], n: int) -> int:
+    return apply_split(g, plan_split(g, DGraph(g, nodes), nodes, comp), n)
+
+
+def _at(g: Graph, top: int, target: tuple[int, ...], change) -> list[int]:
+    """Apply ``change(g, fid) -> ids that replace fid`` to the fission node standing for the
+    F-Tree node ``target`` = (comp node, output, dim, |S|, min S), found at or under fission node
+    ``top``; returns the ids that replace ``top``."""
+    node = g.nodes.get(top)
+    if node is None or node.kind != NodeKind.FISSION:
+        raise ValueError(f"node {top} is not a fission node")
+    spec = node.fission
+    if _identity(spec) == target:
+        return change(g, top)
+    if spec.origin is None or spec.comp is None:
+        raise ValueError(f"{node.name!r} does not record the nodes it replaced")
+    n, comp = spec.n, spec.comp
+    inner = defission(g, top)
+    size, low = target[3], target[4]
+    child = next((v for v in inner if g.nodes[v].kind == NodeKind.FISSION
+                  and low in g.nodes[v].fission.members and len(g.nodes[v].fission.members) >= size), None)
+    if child is None:
+        raise ValueError(f"{node.name!r} has no enabled F-Tree node of size {size} inside")
+    nodes = [v for v in inner if v != child] + _at(g, child, target, change)
+    return [_refission(g, nodes, comp, n)]
+
+
+def _identity(spec) -> tuple[int, ...]:
+    return (*(spec.comp or (-1, -1, -1)), len(spec.members), min(spec.members, default=-1))
+
+
+class Disable(Rule):
+    """Disable(F, comp node, output, dim, |S|, min S): the F-Tree node split along that component
+    with that S, enabled at or under fission node F, goes back to n = 1 (it must have no enabled
+    descendants)."""
+
+    name = "disable"
+
+    def match(self, g: Graph, hot: Iterable[TRef] = ()) -> list[Application]:
+        return []  # applications come from FTreeMutations
+
+    def edit(self, g: Graph, app: Application) -> None:
+        top, *target = app.params
+        _at(g, top, tuple(target), _disable)
+
+
+def _disable(g: Graph, fid: int) -> list[int]:
+    if any(m.kind == NodeKind.FISSION for m in g.nodes[fid].fission.graph.ops()):
+        raise ValueError(f"{g.nodes[fid].name!r} has enabled descendants: disable them first")
+    return defission(g, fid)
+
+
+class Mutate(Rule):
+    """Mutate(F, comp node, output, dim, |S|, min S, n): that enabled F-Tree node is split into n
+    parts instead."""
+
+    name = "mutate"
+
+    def match(self, g: Graph, hot: Iterable[TRef] = ()) -> list[Application]:
+        return []
+
+    def edit(self, g: Graph, app: Application) -> None:
+        top, *target, n = app.params
+
+        def change(h: Graph, fid: int) -> list[int]:
+            comp = h.nodes[fid].fission.comp
+            nodes = defission(h, fid)
+            return [_refission(h, nodes, comp, n)]
+
+        _at(g, top, tuple(target), change)
+
+
+class Lift(Rule):
+    """Lift(F, n, comp..., *S'): disable fission node F (no enabled ancestors) and enable the
+    parent F-Tree node, whose S is S' once F is taken back, at n."""
+
+    name = "lift"
+
+    def match(self, g: Graph, hot: Iterable[TRef] = ()) -> list[Application]:
+        return []
+
+    def edit(self, g: Graph, app: Application) -> None:
+        fid, n, cn, cj, cd, *nodes = app.params
+        defission(g, fid)
+        _refission(g, list(nodes), (cn, cj, cd), n)
+
+
+@dataclass
+class Enabled:
+    """An enabled F-Tree node: the top-level fission node it is (or lies under), its n, depth."""
+
+    top: int
+    path: tuple[int, ...]  # fission node ids from the top-level one down to its own
+    n: int
+    nested: bool
+    leaf: bool  # no enabled descendants
+
+
+class FTreeMutations:
+    """The four mutation rules' applications on a graph, for the F-Tree of its imported graph."""
+
+    def __init__(self, ftree: FTree) -> None:
+        self.ft = ftree
+        dg = ftree.dgraph
+        self.by_s = {(frozenset(f.split.nodes), dg.component(f.split.comp)): f.id for f in ftree.nodes}
+
+    def enabled(self, g: Graph) -> dict[int, Enabled]:
+        """F-Tree node id -> how it is enabled in ``g``."""
+        out: dict[int, Enabled] = {}
+
+        def walk(graph: Graph, path: tuple[int, ...]) -> None:
+            for m in graph.nodes.values():
+                if m.kind != NodeKind.FISSION or m.fission is None or m.recompute_of is not None:
+                    continue
+                spec = m.fission
+                f = self.by_s.get((spec.members, self.ft.dgraph.component(spec.comp))) if spec.comp else None
+                leaf = not any(x.kind == NodeKind.FISSION for x in m.fission.graph.nodes.values())
+                here = (*path, m.id)
+                if f is not None:
+                    out[f] = Enabled(here[0], here, m.fission.n, bool(path), leaf)
+                walk(m.fission.graph, here)
+
+        walk(g, ())
+        return out
+
+    def _current(self, g: Graph, f: FNode, on: dict[int, Enabled], without: int | None = None) -> list[int] | None:
+        """S of ``f`` as it stands in ``g``: its ops, enabled descendants as their fission nodes
+        (``without``: that one taken back); None if an enabled node straddles S's boundary."""
+        s = set(f.split.nodes)
+        cur = set(s)
+        back: set[int] = set()
+        for fid, e in on.items():
+            if e.nested:
+                continue
+            spec = g.nodes[e.top].fission
+            if spec.members <= s:
+                cur -= spec.members
+                if fid == without:
+                    back = set(spec.origin.split) if spec.origin is not None else {-1}
+                    cur |= back
+                else:
+                    cur.add(e.top)
+            elif spec.members & s:
+                return None
+        if any(v not in g.nodes and v not in back for v in cur):
+            return None
+        return sorted(cur)
+
+    def _comp(self, g: Graph, f: FNode, nodes: list[int]) -> tuple[int, int, int] | None:
+        """A D-node of the split component on one of S's imported ops in ``nodes``."""
+        s = set(nodes)
+        for r, d in f.split.out_dims.items():
+            if r.node in s:
+                return (r.node, r.index, d)
+        return None
+
+    @staticmethod
+    def _spec(g: Graph, e: Enabled):
+        graph = g
+        for fid in e.path:
+            spec = graph.nodes[fid].fission
+            graph = spec.graph
+        return spec
+
+    def _ancestors(self, f: FNode) -> list[int]:
+        out = []
+        while f.parent is not None:
+            out.append(f.parent)
+            f = self.ft.nodes[f.parent]
+        return out
+
+    def applications(self, g: Graph) -> list[Application]:
+        on = self.enabled(g)
+        apps: list[Application] = []
+        for f in self.ft.nodes:
+            e = on.get(f.id)
+            up_on = any(a in on for a in self._ancestors(f))
+            if e is None:
+                if up_on or not (not f.children or any(c in on for c in f.children)):
+                    continue
+                nodes = self._current(g, f, on)
+                comp = self._comp(g, f, nodes) if nodes else None
+                if comp is not None:
+                    apps.append(Fission.application(f.split.divisors()[0], comp, nodes))
+                continue
+            target = _identity(self._spec(g, e))
+            if e.leaf:
+                apps.append(Application("disable", (e.top, *target)))
+            o = g.nodes[e.top].fission.origin if not e.nested else None
+            length = o.length if o is not None else f.split.length
+            bigger = [k for k in range(e.n + 1, length + 1) if length % k == 0]
+            if bigger:
+                apps.append(Application("mutate", (e.top, *target, bigger[0])))
+            if not up_on and f.parent is not None:
+                p = self.ft.nodes[f.parent]
+                nodes = self._current(g, p, on, without=f.id)
+                if nodes is not None:
+                    comp = self._comp(g, p, nodes)
+                    if comp is not None:
+                        n = e.n if p.split.length % e.n == 0 else p.split.divisors()[0]
+                        apps.append(Application("lift", (e.top, n, *comp, *nodes)))
+        return apps
+
+
+class FTreeRule(Rule):
+    """The F-Tree mutation rules as one rule object for a search: ``match`` lists the applications of
+    Enable, Lift, Disable and Mutate; each is applied by its own rule (``fission``, ``lift``,
+    ``disable``, ``mutate``)."""
+
+    name = "ftree"
+
+    def __init__(self, ftree: FTree) -> None:
+        self.mutations = FTreeMutations(ftree)
+        self.rules = {"fission": Fission(), "lift": Lift(), "disable": Disable(), "mutate": Mutate()}
+
+    def match(self, g: Graph, hot: Iterable[TRef] = ()) -> list[Application]:
+        return self.mutations.applications(g)
+
+
+__all__ = ["Disable", "Enabled", "FTreeMutations", "FTreeRule", "Lift", "Mutate", "SplitError"]
