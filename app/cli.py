@@ -169,6 +169,9 @@ def cmd_export(a: argparse.Namespace) -> dict[str, Any]:
 
 TRANSFORM_OPTIONS = {  # option -> rule, and what its value names
     "--enable": ("fission", "ID[:N]"),
+    "--mutate": ("mutate", "ID[:N]"),
+    "--lift": ("lift", "ID"),
+    "--disable": ("disable", "ID"),
     "--remat": ("remat", "TENSOR:USER"),
     "--swap": ("swap", "TENSOR:USER"),
     "--deremat": ("deremat", "COPY"),
@@ -190,21 +193,21 @@ def cmd_transform(a: argparse.Namespace) -> dict[str, Any]:
     the transformed graph; peak and latency before and after, traced order with placed copies."""
     from core.schedule import get_scheduler
     from core.simulate import simulate
-    from core.transform.manual import apply_by_names
+    from core.transform.manual import FTREE_RULES, apply_by_names
 
     if not a.steps:
-        raise ValueError("nothing to apply: give --enable, --remat, --swap, --deremat or --deswap")
+        raise ValueError("nothing to apply: give --enable, --mutate, --lift, --disable, --remat, --swap, --deremat "
+                         "or --deswap")
     g = load_graph(a.file)
     before = simulate(g, get_scheduler("traced").run(g).order)
     ftree = None
-    if any(rule == "fission" for rule, _ in a.steps):
+    if any(rule in FTREE_RULES for rule, _ in a.steps):
         from core.analysis.ftree import build_ftree
 
         ftree = build_ftree(g)  # node ids refer to the F-Tree of the input graph (`magis ftree`)
-    enabled: set[int] = set()
     done = []
     for rule, value in a.steps:
-        app, desc = apply_by_names(g, rule, value, ftree, enabled)
+        app, desc = apply_by_names(g, rule, value, ftree)
         done.append({"rule": rule, "spec": value, "application": str(app), "change": desc})
         if not a.json:
             print(f"{rule} {value}: {desc}", file=sys.stderr)
@@ -337,7 +340,11 @@ def build_parser() -> argparse.ArgumentParser:
                                    "node reading it; node names as `magis info` and the app show them.")
     s.add_argument("file", help="graph file or sample name")
     for opt, (rule, what) in TRANSFORM_OPTIONS.items():
-        helps = {"fission": "split F-Tree node ID (from `magis ftree`) into N parts (default 2)",
+        helps = {"fission": "Enable: split F-Tree node ID (from `magis ftree`) into N parts (default: the smallest "
+                 "divisor); a leaf, or the parent of an enabled node (nested fission)",
+                 "mutate": "Mutate: split enabled F-Tree node ID into N parts instead (default: the next divisor)",
+                 "lift": "Lift: disable enabled F-Tree node ID and enable its parent",
+                 "disable": "Disable: take back enabled F-Tree node ID (one without enabled descendants)",
                  "remat": "USER reads a recomputed copy of TENSOR", "swap": "TENSOR is stored to the host "
                  "after it is produced and loaded back for USER", "deremat": "merge a recomputed copy into its "
                  "original", "deswap": "take back a LOAD (and its STORE once unused)"}

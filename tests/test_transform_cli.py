@@ -56,16 +56,22 @@ def test_transform_then_verify_the_transformed_graph(tmp_path, capsys):
 
 @pytest.mark.parametrize("args, words", [
     (["--enable", "9999"], "no F-Tree node"),
-    (["--enable", "0:7"], "n must divide"),
+    (["--enable", "LEAF:7"], "does not divide"),
+    (["--enable", "0"], "neither a leaf nor the parent of an enabled node"),
+    (["--disable", "LEAF"], "is not enabled"),
+    (["--enable", "LEAF", "--enable", "LEAF"], "enabled already"),
+    (["--enable", "LEAF:x"], "N must be a whole number"),
     (["--swap", "nope:x"], "no node named 'nope'"),
     (["--remat", "justone"], "expected TENSOR:USER"),
     ([], "nothing to apply"),
 ])
 def test_bad_transform_requests_are_one_line(tmp_path, capsys, args, words):
+    leaf = str(_leaf(load_sample_graph("bert_tiny")).id)
+    args = [a.replace("LEAF", leaf) for a in args]
     assert main(["transform", "bert_tiny", *args, "-o", str(tmp_path / "x.json")]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and err[0].startswith("magis: error:") and words in err[0]
-    assert not (tmp_path / "x.json").exists()
+    assert err[-1].startswith("magis: error:") and words in err[-1]  # after the steps that applied
+    assert not any("Traceback" in line for line in err) and not (tmp_path / "x.json").exists()
 
 
 def test_verify_refuses_a_graph_of_another_model(tmp_path, capsys):
@@ -73,3 +79,27 @@ def test_verify_refuses_a_graph_of_another_model(tmp_path, capsys):
     io.save(load_sample_graph("vit_tiny"), out)
     assert main(["verify", "bert_tiny", "--graph", str(out)]) == 2
     assert "does not belong to this model" in capsys.readouterr().err
+
+
+def _leaf(g):
+    return min((f for f in build_ftree(g).nodes if not f.children), key=lambda f: (len(f.split.nodes), f.id))
+
+
+def test_ftree_rules_from_the_command_line_nest_lift_mutate_and_disable(tmp_path, capsys):
+    g = load_sample_graph("bert_tiny")
+    ft = build_ftree(g)
+    leaf = next(f for f in ft.nodes if not f.children and f.parent is not None
+                and len(ft.nodes[f.parent].split.divisors()) >= 2)
+    parent = ft.nodes[leaf.parent]
+    out = tmp_path / "t.json.gz"
+    steps = ["--enable", f"{leaf.id}", "--enable", f"{parent.id}", "--disable", f"{leaf.id}",
+             "--mutate", f"{parent.id}"]
+    assert main(["transform", "bert_tiny", *steps, "-o", str(out), "--json"]) == 0
+    res = json.loads(capsys.readouterr().out)
+    assert [d["rule"] for d in res["applied"]] == ["fission", "fission", "disable", "mutate"]
+    h = io.load(out)
+    (top,) = [n for n in h if n.kind == NodeKind.FISSION]  # the parent alone, at the next divisor
+    assert top.fission.members == frozenset(parent.split.nodes)
+    assert top.fission.n == parent.split.divisors()[1]
+    assert main(["verify", "bert_tiny", "--graph", str(out)]) == 0
+    assert json.loads(capsys.readouterr().out)["ok"]

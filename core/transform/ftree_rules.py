@@ -201,36 +201,75 @@ class FTreeMutations:
         return out
 
     def applications(self, g: Graph) -> list[Application]:
+        """Every application of the four rules in ``g``."""
         on = self.enabled(g)
         apps: list[Application] = []
         for f in self.ft.nodes:
-            e = on.get(f.id)
-            up_on = any(a in on for a in self._ancestors(f))
-            if e is None:
-                if up_on or not (not f.children or any(c in on for c in f.children)):
-                    continue
-                nodes = self._current(g, f, on)
-                comp = self._comp(g, f, nodes) if nodes else None
-                if comp is not None:
-                    apps.append(Fission.application(f.split.divisors()[0], comp, nodes))
-                continue
-            target = _identity(self._spec(g, e))
-            if e.leaf:
-                apps.append(Application("disable", (e.top, *target)))
+            for rule in ("fission", "disable", "mutate", "lift"):
+                try:
+                    apps.append(self.application(g, rule, f.id, on=on))
+                except ValueError:
+                    pass
+        return apps
+
+    def application(self, g: Graph, rule: str, fid: int, n: int | None = None,
+                    on: dict[int, Enabled] | None = None) -> Application:
+        """The application of ``rule`` (fission = Enable, lift, disable, mutate) to F-Tree node
+        ``fid`` in ``g`` (``n``: the fission number for Enable / Mutate, default the next divisor);
+        ValueError saying why the rule does not apply."""
+        if not 0 <= fid < len(self.ft.nodes):
+            raise ValueError(f"no F-Tree node {fid} (the tree has {len(self.ft.nodes)} nodes)")
+        f = self.ft.nodes[fid]
+        on = self.enabled(g) if on is None else on
+        e = on.get(fid)
+        up_on = any(a in on for a in self._ancestors(f))
+        if rule == "fission":
+            if e is not None:
+                raise ValueError(f"F-Tree node {fid} is enabled already (n={e.n}); mutate it to change n")
+            if up_on:
+                raise ValueError(f"F-Tree node {fid} lies inside an enabled node")
+            if f.children and not any(c in on for c in f.children):
+                raise ValueError(f"F-Tree node {fid} is neither a leaf nor the parent of an enabled node "
+                                 f"(enable a leaf below it first)")
+            nodes = self._current(g, f, on)
+            comp = self._comp(g, f, nodes) if nodes else None
+            if comp is None:
+                raise ValueError(f"F-Tree node {fid}: an enabled node or another rule cuts across its sub-graph")
+            n = f.split.divisors()[0] if n is None else n
+            if n < 2 or f.split.length % n:
+                raise ValueError(f"F-Tree node {fid}: n={n} does not divide its dimension of size {f.split.length}")
+            return Fission.application(n, comp, nodes)
+        if e is None:
+            raise ValueError(f"F-Tree node {fid} is not enabled")
+        target = _identity(self._spec(g, e))
+        if rule == "disable":
+            if not e.leaf:
+                raise ValueError(f"F-Tree node {fid} has enabled descendants: disable them first")
+            return Application("disable", (e.top, *target))
+        if rule == "mutate":
             o = g.nodes[e.top].fission.origin if not e.nested else None
             length = o.length if o is not None else f.split.length
-            bigger = [k for k in range(e.n + 1, length + 1) if length % k == 0]
-            if bigger:
-                apps.append(Application("mutate", (e.top, *target, bigger[0])))
-            if not up_on and f.parent is not None:
-                p = self.ft.nodes[f.parent]
-                nodes = self._current(g, p, on, without=f.id)
-                if nodes is not None:
-                    comp = self._comp(g, p, nodes)
-                    if comp is not None:
-                        n = e.n if p.split.length % e.n == 0 else p.split.divisors()[0]
-                        apps.append(Application("lift", (e.top, n, *comp, *nodes)))
-        return apps
+            if n is None:
+                bigger = [k for k in range(e.n + 1, length + 1) if length % k == 0]
+                if not bigger:
+                    raise ValueError(f"F-Tree node {fid}: n={e.n} is the largest divisor of {length}")
+                n = bigger[0]
+            if n < 2 or n == e.n or length % n:
+                raise ValueError(f"F-Tree node {fid}: n={n} is not a new divisor of its dimension of size {length}")
+            return Application("mutate", (e.top, *target, n))
+        if rule == "lift":
+            if up_on:
+                raise ValueError(f"F-Tree node {fid} lies inside an enabled node")
+            if f.parent is None:
+                raise ValueError(f"F-Tree node {fid} is a root: there is no parent to lift it to")
+            p = self.ft.nodes[f.parent]
+            nodes = self._current(g, p, on, without=fid)
+            comp = self._comp(g, p, nodes) if nodes is not None else None
+            if comp is None:
+                raise ValueError(f"F-Tree node {fid}: an enabled node or another rule cuts across its parent")
+            n = e.n if p.split.length % e.n == 0 else p.split.divisors()[0]
+            return Application("lift", (e.top, n, *comp, *nodes))
+        raise ValueError(f"unknown F-Tree rule {rule!r} (fission, lift, disable, mutate)")
 
 
 class FTreeRule(Rule):

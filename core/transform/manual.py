@@ -1,6 +1,7 @@
 """Rule applications named by node names, as a user writes them (``magis transform``):
 ``remat``/``swap`` take ``TENSOR:USER`` (``NAME#J`` for output J of a multi-output op), ``deremat``
-a recomputed copy's name, ``deswap`` a LOAD's name and ``fission`` an F-Tree node ``ID[:N]``."""
+a recomputed copy's name, ``deswap`` a LOAD's name; the F-Tree rules (``fission`` = Enable, ``mutate``,
+``disable``, ``lift``) an F-Tree node ``ID[:N]``."""
 
 from __future__ import annotations
 
@@ -10,6 +11,8 @@ from ..analysis.ftree import FTree
 from ..ir.graph import Graph, Node, TRef
 from .registry import get_rule
 from .rule import Application
+
+FTREE_RULES = ("fission", "lift", "disable", "mutate")
 
 
 def node_named(g: Graph, name: str) -> Node:
@@ -31,24 +34,22 @@ def tensor_named(g: Graph, text: str) -> TRef:
     return TRef(node.id, int(j))
 
 
-def fission_application(g: Graph, value: str, ftree: FTree, enabled: set[int]) -> Application:
-    """``ID`` or ``ID:N`` of an F-Tree node of ``g`` (n defaults to 2)."""
+def ftree_application(g: Graph, rule: str, value: str, ftree: FTree) -> Application:
+    """``ID`` or ``ID:N`` of an F-Tree node of ``g``'s F-Tree: Enable (``fission``), Mutate (``N``:
+    the new fission number, default the next divisor), Disable or Lift."""
+    from .ftree_rules import FTreeMutations
+
+    option = {"fission": "--enable"}.get(rule, f"--{rule}")
     fid, _, n_text = value.partition(":")
     if not fid.isdigit() or int(fid) >= len(ftree.nodes):
-        raise ValueError(f"--enable {value!r}: no F-Tree node {fid!r} (the tree has {len(ftree.nodes)} "
+        raise ValueError(f"{option} {value!r}: no F-Tree node {fid!r} (the tree has {len(ftree.nodes)} "
                          f"nodes, ids 0-{len(ftree.nodes) - 1}; see `magis ftree`)")
-    f = ftree.nodes[int(fid)]
-    n = int(n_text) if n_text.isdigit() else 2 if not n_text else -1
-    if n < 2 or f.split.length % n:
-        raise ValueError(f"--enable {value!r}: n must divide the split dimension of size {f.split.length} "
-                         f"({', '.join(map(str, f.split.divisors()[:8]))}...)")
-    nodes = set(f.split.nodes)
-    if nodes & enabled:
-        raise ValueError(f"--enable {value!r}: F-Tree node {f.id} overlaps a node enabled before it; "
-                         f"nested fission is not supported yet")
-    if any(v not in g.nodes for v in nodes):
-        raise ValueError(f"--enable {value!r}: a rule applied before it removed part of its sub-graph")
-    return Application("fission", (n, *f.split.comp, *sorted(nodes)))
+    if n_text and not n_text.isdigit():
+        raise ValueError(f"{option} {value!r}: N must be a whole number")
+    try:
+        return FTreeMutations(ftree).application(g, rule, int(fid), int(n_text) if n_text else None)
+    except ValueError as e:
+        raise ValueError(f"{option} {value!r}: {e}") from None
 
 
 def application_by_names(g: Graph, rule: str, value: str) -> Application:
@@ -66,19 +67,16 @@ def application_by_names(g: Graph, rule: str, value: str) -> Application:
     return Application(rule, (node_named(g, value).id,))
 
 
-def apply_by_names(g: Graph, rule: str, value: str, ftree: FTree | None = None,
-                   enabled: set[int] | None = None) -> tuple[Application, str]:
-    """Apply what ``value`` names (``fission``: an F-Tree node of ``ftree``, disjoint from the
-    ``enabled`` ops); returns the application and a line saying what changed."""
-    if rule == "fission":
+def apply_by_names(g: Graph, rule: str, value: str, ftree: FTree | None = None) -> tuple[Application, str]:
+    """Apply what ``value`` names (the F-Tree rules: a node of ``ftree``); returns the application
+    and a line saying what changed."""
+    if rule in FTREE_RULES:
         if ftree is None:
-            raise ValueError("--enable needs the graph's F-Tree")
-        app = fission_application(g, value, ftree, enabled if enabled is not None else set())
-        if enabled is not None:
-            enabled.update(app.params[4:])
+            raise ValueError(f"--{rule} needs the graph's F-Tree")
+        app = ftree_application(g, rule, value, ftree)
     else:
         app = application_by_names(g, rule, value)
-    log = get_rule(rule).apply(g, app)
+    log = get_rule(app.rule).apply(g, app)
     added = [g[v].name for v in log.added()]
     removed = sorted({e.nid for e in log.edits if e.kind == "erase"})
     parts = []
