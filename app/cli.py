@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 import sample_graphs
-from core.fmt import format_bytes, terminal_safe
+from core.fmt import format_bytes, parse_bytes, terminal_safe
 from core.ir import io
 from core.ir.graph import GraphError
 
@@ -153,17 +153,34 @@ def cmd_schedule(a: argparse.Namespace) -> dict[str, Any]:
     return res
 
 
+def _plan_graph(g, plan_file: Path, point: int | None):
+    """The graph and schedule of point ``point`` of a plan file made for ``g`` (PlanError: one line)."""
+    from core.search.plan import check_order, load_plans
+
+    plan = load_plans(plan_file, g).point(point)
+    h = plan.graph(g)
+    check_order(h, plan.order)
+    return h, plan
+
+
 def cmd_export(a: argparse.Namespace) -> dict[str, Any]:
-    """``magis export``: the runnable PyTorch script of a graph under a schedule."""
+    """``magis export``: the runnable PyTorch script of a graph under a schedule, or of a plan."""
     from core.codegen import export_script
     from core.schedule import get_scheduler
+    from core.simulate import simulate
 
     g = load_graph(a.file)
-    s = get_scheduler(a.schedule).run(g)
-    path = export_script(g, s.order, a.output, schedule_name=a.schedule)
-    res = {"output": str(path), "bytes": Path(path).stat().st_size, "ops": len(s.order),
-           "simulated_peak_bytes": s.peak}
-    print(json.dumps(res) if a.json else f"wrote {path} ({res['bytes']} bytes, {len(s.order)} ops)")
+    if a.plan is not None:
+        g, plan = _plan_graph(g, a.plan, a.point)
+        order, name = plan.order, f"plan {plan.method} {plan.label}".strip()
+        peak = simulate(g, order).peak
+    else:
+        s = get_scheduler(a.schedule).run(g)
+        order, name, peak = s.order, a.schedule, s.peak
+    path = export_script(g, order, a.output, schedule_name=name)
+    res = {"output": str(path), "bytes": Path(path).stat().st_size, "ops": len(order),
+           "simulated_peak_bytes": peak}
+    print(json.dumps(res) if a.json else f"wrote {path} ({res['bytes']} bytes, {len(order)} ops)")
     return res
 
 
@@ -257,10 +274,83 @@ def cmd_ftree(a: argparse.Namespace) -> dict[str, Any]:
 
 
 def cmd_verify(a: argparse.Namespace) -> dict[str, Any]:
-    """``magis verify``: eager PyTorch vs the exported script of a model spec."""
+    """``magis verify``: eager PyTorch vs the exported script of a model spec (or of a graph file
+    of it, or of a plan for it)."""
     graph = load_graph(a.graph) if a.graph else None
-    res = verify_spec(a.spec, schedule=a.schedule, seed=a.seed, graph=graph)
+    kwargs: dict[str, Any] = {}
+    if a.plan is not None:
+        from core.search.plan import PlanError
+
+        base = graph if graph is not None else load_graph(a.spec)
+        try:
+            graph, plan = _plan_graph(base, a.plan, a.point)
+        except PlanError as e:
+            raise ValueError(str(e)) from None
+        kwargs = {"order": plan.order, "schedule": f"plan {plan.method}"}
+    res = verify_spec(a.spec, **({"schedule": a.schedule} | kwargs), seed=a.seed, graph=graph)
     print(json.dumps(res, indent=1))
+    return res
+
+
+def cmd_optimize(a: argparse.Namespace) -> dict[str, Any]:
+    """``magis optimize``: the M-Optimizer's search; progress on stderr, Ctrl-C keeps the best found."""
+    import signal
+
+    from core.search.moptimizer import optimize
+    from core.search.plan import save_plans
+
+    g = load_graph(a.file)
+    memory = None
+    if a.memory_limit is not None:
+        try:
+            memory = float(a.memory_limit)
+        except ValueError:
+            memory = float(parse_bytes(a.memory_limit))
+        if memory <= 0:
+            raise ValueError(f"--memory-limit {a.memory_limit!r}: must be positive")
+    if a.latency_limit is not None and not a.latency_limit >= 1.0:
+        raise ValueError(f"--latency-limit {a.latency_limit}: a factor of the imported latency, at least 1")
+    if a.time_budget <= 0:
+        raise ValueError("--time-budget must be positive")
+    cancel = threading.Event()
+    last = [0.0]
+
+    def progress(r) -> None:
+        if r.seconds - last[0] >= 1.0 or r.iteration == 1:
+            last[0] = r.seconds
+            print(f"  {r.seconds:6.1f} s  iteration {r.iteration:5d}  best {format_bytes(r.best_peak)} "
+                  f"{r.best_latency * 1e3:.2f} ms  states {r.generated} ({r.deduplicated} duplicates)",
+                  file=sys.stderr, flush=True)
+
+    old = signal.signal(signal.SIGINT, lambda *_: cancel.set())
+    try:
+        print(f"optimizing {g.name} ({len(g)} nodes) for {a.time_budget:g} s on {a.device} "
+              f"(Ctrl-C stops and keeps the best found)", file=sys.stderr, flush=True)
+        pf = optimize(g, memory_limit=memory, latency_limit=a.latency_limit, pareto=a.pareto,
+                      time_budget=a.time_budget, device=a.device, progress=progress, cancel=cancel)
+    finally:
+        signal.signal(signal.SIGINT, old)
+    save_plans(pf, a.output)
+    base = pf.points[-1]
+    rows = [{"point": k, "method": p.method, "label": p.label, "peak_bytes": p.peak, "latency_seconds": p.latency,
+             "peak_ratio": p.peak / base.peak if base.peak else 1.0,
+             "latency_ratio": p.latency / base.latency if base.latency else 1.0,
+             "applications": len(p.applications)} for k, p in enumerate(pf.points)]
+    res = {"output": str(a.output), "points": rows, "meta": pf.meta}
+    if a.json:
+        print(json.dumps(res, indent=1))
+    else:
+        print(f"wrote {a.output}: {len(rows)} point(s) ({pf.meta['stopped']}, {pf.meta['states']} states)")
+        for r in rows:
+            print(f"  [{r['point']}] {r['method']:6s} peak {format_bytes(r['peak_bytes'])} ({r['peak_ratio']:.3f}x)  "
+                  f"latency {r['latency_seconds'] * 1e3:.2f} ms ({r['latency_ratio']:.3f}x)  "
+                  f"{r['applications']} rule applications  {r['label']}")
+    if memory is not None:
+        limit = memory * base.peak if memory <= 1 else memory
+        if pf.points[0].peak > limit:
+            raise ValueError(f"no plan reaches the memory limit {format_bytes(limit)}: the best peak found is "
+                             f"{format_bytes(pf.points[0].peak)} ({rows[0]['peak_ratio']:.3f}x); its plan is in "
+                             f"{a.output}")
     return res
 
 
@@ -325,8 +415,30 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--schedule", default="traced", metavar="NAME",
                    help=f"order of the ops in the script: {schedules} (default: %(default)s)")
     s.add_argument("-o", "--output", required=True, type=Path, metavar="SCRIPT", help="the .py file to write")
+    s.add_argument("--plan", type=Path, default=None, metavar="PLAN",
+                   help="export a plan (from `magis optimize`) of FILE instead of a schedule")
+    s.add_argument("--point", type=int, default=None, metavar="K", help="which point of the plan file (default: 0)")
     s.add_argument("--json", action="store_true", help="print the result as one JSON object")
     s.set_defaults(fn=cmd_export)
+
+    s = sub.add_parser("optimize", help="search plans that trade memory for latency (the M-Optimizer)",
+                       description="MAGIS's best-first search over F-Tree mutations, rematerialization and "
+                                   "swapping, each state rescheduled incrementally; writes a plan file "
+                                   "(point 0: the answer; the last point: PyTorch's eager order).")
+    s.add_argument("file", metavar="FILE", help="a graph file, or a sample name (its committed graph)")
+    lim = s.add_mutually_exclusive_group(required=True)
+    lim.add_argument("--memory-limit", metavar="SIZE|FRACTION",
+                     help="least latency with a peak at most SIZE (8GiB, 512MiB) or FRACTION (<= 1) of the imported peak")
+    lim.add_argument("--latency-limit", type=float, metavar="FACTOR",
+                     help="least memory with a latency at most FACTOR times the imported one (e.g. 1.1)")
+    lim.add_argument("--pareto", action="store_true", help="the memory/latency frontier (a sweep of memory limits)")
+    s.add_argument("--time-budget", type=float, default=60.0, metavar="SECONDS",
+                   help="search time (default: %(default)s); the best found so far is kept")
+    s.add_argument("--device", default=DEFAULT_DEVICE, metavar="NAME", help=devices)
+    s.add_argument("-o", "--output", required=True, type=Path, metavar="PLAN",
+                   help="plan file to write (.json, or .json.gz to compress)")
+    s.add_argument("--json", action="store_true", help="print the result as one JSON object")
+    s.set_defaults(fn=cmd_optimize)
 
     s = sub.add_parser("ftree", help="the F-Tree of a graph: its fission candidates (MAGIS Algorithm 1)")
     s.add_argument("file", help="graph file or sample name")
@@ -366,6 +478,9 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--graph", default=None, metavar="FILE",
                    help="verify this graph file of the model (e.g. from `magis transform`) instead of a "
                         "fresh capture")
+    s.add_argument("--plan", type=Path, default=None, metavar="PLAN",
+                   help="verify a plan (from `magis optimize`) of the model's graph (or of --graph)")
+    s.add_argument("--point", type=int, default=None, metavar="K", help="which point of the plan file (default: 0)")
     s.set_defaults(fn=cmd_verify)
 
     s = sub.add_parser("app", help="launch the web app")

@@ -19,6 +19,23 @@ def format_bytes(n: float) -> str:
     return f"{n:.2f} {unit}" if abs(n) < 10 else f"{n:.1f} {unit}"
 
 
+def parse_bytes(text: str) -> int:
+    """``"8GiB"``, ``"512 MiB"``, ``"1.5GB"`` (decimal units), ``"4096"`` -> bytes; ValueError with the
+    accepted forms otherwise."""
+    t = text.strip().replace(" ", "")
+    units = {u.lower(): 1024 ** k for k, u in enumerate(BYTE_UNITS)}
+    units.update({"kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12, "k": 1024, "m": 1024**2, "g": 1024**3})
+    num = t.rstrip("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ")
+    unit = t[len(num):].lower() or "b"
+    try:
+        value = float(num)
+    except ValueError:
+        value = -1.0
+    if unit not in units or not value >= 0 or value != value or value == float("inf"):
+        raise ValueError(f"{text!r} is not a size (e.g. 8GiB, 512MiB, 1.5GB or a byte count)")
+    return int(value * units[unit])
+
+
 def terminal_safe(s: object) -> str:
     """``s`` as text that is safe to print on a terminal: control characters (ANSI escape sequences
     start with one), format characters such as bidirectional overrides, line and paragraph

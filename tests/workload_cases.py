@@ -42,8 +42,10 @@ class Case:
         self.worst_peak_ratio = 1.0
 
     def verify(self, h: Graph, what: str) -> dict:
+        return self.verify_order(h, get_scheduler("traced").run(h).order, what)
+
+    def verify_order(self, h: Graph, order: list[int], what: str) -> dict:
         h.lint()
-        order = get_scheduler("traced").run(h).order
         res = verify_graph(h, order, self.tensors, self.ref, schedule=what, details=True)
         assert problems(res) == [], (what, problems(res))
         assert "loss" in res and res["compared"] > 1  # the loss and the gradients

@@ -21,14 +21,18 @@ ROUNDS = 2
 MASK = (1 << 64) - 1
 
 
+def _digest(text: str) -> int:
+    """A 64-bit digest that is the same in every process (``hash`` of a string is salted)."""
+    return int.from_bytes(hashlib.blake2b(text.encode(), digest_size=8).digest(), "little")
+
+
 def node_label(node: Node) -> int:
     """Round-0 label: a stable 64-bit digest of what the node computes (ids and names excluded)."""
     shape = map_refs((node.args, node.kwargs), lambda r: ("$in", r.index))
     outs = tuple((t.shape, t.dtype, t.device, t.alias is not None) for t in node.outputs)
     f = node.fission
     sub = (f.n, tuple(f.in_dims), tuple(map(tuple, f.out_combine)), graph_hash(f.graph)) if f else None
-    text = repr((node.op, node.kind.value, outs, shape, sub))
-    return int.from_bytes(hashlib.blake2b(text.encode(), digest_size=8).digest(), "little")
+    return _digest(repr((node.op, node.kind.value, outs, shape, sub)))
 
 
 def _mix(own: int, ins: tuple[int, ...]) -> int:
@@ -57,7 +61,7 @@ class WLHash:
     def value(self) -> int:
         """The graph hash: node labels plus the outputs (by key and label)."""
         last = self.labels[ROUNDS]
-        outs = hash(tuple(sorted((k, last[r.node] + r.index) for k, r in self.g.outputs.items()))) & MASK
+        outs = _digest(repr(sorted((k, last[r.node] + r.index) for k, r in self.g.outputs.items())))
         return (self.total + outs) & MASK
 
     def affected(self, changed: Iterable[int]) -> set[int]:

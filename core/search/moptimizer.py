@@ -1,0 +1,287 @@
+"""The M-Optimizer: MAGIS's top-level search (section 6.2, Algorithm 3).
+
+A best-first priority queue of M-States (``mstate.MState``: a parent, one rule application and the
+schedule window that incremental scheduling re-ordered).  Each iteration pops the best state, moves
+the one working graph there (``delta.DeltaEvaluator.goto``: applications undone and replayed along
+the tree), applies every rule -- the F-Tree mutations (Enable, Lift, Disable, Mutate), Remat /
+De-remat and Swap / De-swap on the memory hot-spots -- and evaluates each child as a delta (the
+changed window rescheduled by MAGIS Algorithm 2, the memory curve and latency updated).  Children are
+deduplicated by the canonical graph hash (``wl_hash``) and pushed when they are not worse than the
+best state so far relaxed by ``delta`` = 1.1.
+
+Two modes, compared lexicographically as the paper does:
+
+* ``memory`` limit M (latency under a memory limit): two states that both meet M compare by latency
+  (then peak); otherwise by peak (then latency);
+* ``latency`` limit T (memory under a latency limit): both within T compare by peak; otherwise by
+  latency.
+
+Every evaluated state also enters a Pareto archive of (peak, latency); ``pareto`` runs the memory
+mode at a sweep of limits and returns the archive's frontier.  Each iteration is recorded (time,
+best peak and latency, states generated / deduplicated / filtered): the convergence curves.
+"""
+
+from __future__ import annotations
+
+import heapq
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from ..analysis.ftree import LEVELS, build_ftree
+from ..cost.model import AnalyticCost, CostModel
+from ..ir.graph import Graph, GraphError
+from ..schedule import get_scheduler
+from ..simulate import simulate
+from ..transform.ftree_rules import FTreeRule
+from ..transform.registry import RULES
+from ..transform.rule import Application
+from .delta import DeltaEvaluator
+from .mstate import MState
+from .plan import Plan
+
+DELTA = 1.1  # relaxation of the push test (paper)
+HOT = 6  # hot-spot tensors the tensor rules (remat, swap) are matched on per state
+TENSOR_RULES = ("remat", "deremat", "swap", "deswap")
+
+
+@dataclass
+class Record:
+    """One iteration of the search (a point of its convergence curves)."""
+
+    seconds: float
+    iteration: int
+    best_peak: int
+    best_latency: float
+    generated: int
+    deduplicated: int
+    filtered: int  # refused applications and children worse than the relaxed best
+
+    def to_dict(self) -> dict:
+        return {"seconds": round(self.seconds, 4), "iteration": self.iteration, "best_peak": self.best_peak,
+                "best_latency": self.best_latency, "generated": self.generated,
+                "deduplicated": self.deduplicated, "filtered": self.filtered}
+
+
+@dataclass
+class SearchResult:
+    best: MState
+    root: MState
+    records: list[Record] = field(default_factory=list)
+    archive: list[MState] = field(default_factory=list)  # Pareto-optimal states seen (peak ascending)
+    stopped: str = ""
+    seconds: float = 0.0
+
+
+class Objective:
+    """The lexicographic order of a mode: ``key`` sorts states best first."""
+
+    def __init__(self, mode: str, limit: float) -> None:
+        if mode not in ("memory", "latency"):
+            raise ValueError(f"unknown mode {mode!r} (memory or latency)")
+        self.mode, self.limit = mode, limit
+
+    def meets(self, peak: int, latency: float) -> bool:
+        return peak <= self.limit if self.mode == "memory" else latency <= self.limit
+
+    def key(self, peak: int, latency: float) -> tuple:
+        if self.mode == "memory":
+            return (0, latency, peak) if peak <= self.limit else (1, peak, latency)
+        return (0, peak, latency) if latency <= self.limit else (1, latency, peak)
+
+    def relaxed(self, peak: int, latency: float, best: MState, delta: float) -> bool:
+        """Not worse than ``best`` relaxed by ``delta`` in the quantity the comparison starts with."""
+        if self.meets(peak, latency) and self.meets(best.peak, best.latency):
+            return (latency if self.mode == "memory" else peak) <= delta * (
+                best.latency if self.mode == "memory" else best.peak)
+        if self.mode == "memory":
+            return peak <= delta * best.peak
+        return latency <= delta * best.latency
+
+
+class MOptimizer:
+    """Algorithm 3 over one imported graph (its F-Tree built once, L = ``levels``)."""
+
+    def __init__(self, g: Graph, cost: CostModel | None = None, order: list[int] | None = None,
+                 levels: int = LEVELS, rules: tuple[str, ...] | None = None, delta: float = DELTA,
+                 hot: int = HOT) -> None:
+        self.imported = g
+        self.cost = cost or AnalyticCost()
+        self.order = list(order) if order is not None else get_scheduler("traced").run(g).order
+        self.ftree = build_ftree(g, self.order, levels=levels)
+        names = rules if rules is not None else ("ftree", *TENSOR_RULES)
+        table = {k: RULES[k] for k in ("fission", "lift", "disable", "mutate")} if "ftree" in names else {}
+        table.update({k: RULES[k] for k in names if k in RULES})
+        if "ftree" in names:
+            table["ftree"] = FTreeRule(self.ftree)
+        self.delta, self.hot = delta, hot
+        self.ev = DeltaEvaluator(g.copy(), self.order, self.cost, rules=table)
+        self.root = self.ev.root
+        self.seen: set[int] = {self.root.hash}
+        self.archive: list[MState] = [self.root]
+
+    # ---- the archive of non-dominated states ---------------------------------------------------
+    def _archive(self, s: MState) -> None:
+        if any(a.peak <= s.peak and a.latency <= s.latency for a in self.archive):
+            return
+        self.archive = [a for a in self.archive if not (s.peak <= a.peak and s.latency <= a.latency)] + [s]
+
+    def frontier(self) -> list[MState]:
+        return sorted(self.archive, key=lambda s: (s.peak, s.latency))
+
+    def seed(self, applications: list[Application]) -> MState:
+        """Commit ``applications`` (e.g. a greedy pass's, replayable from the imported graph) as a
+        chain of states from the root; returns the last one (a warm start for ``search``)."""
+        self.ev.goto(self.root)
+        s = self.root
+        for app in applications:
+            s = self.ev.child_state(self.ev.evaluate(app))
+            self.ev.commit(s)
+            self.seen.add(s.hash)
+            self._archive(s)
+        return s
+
+    def warm_start(self, time_budget: float) -> MState:
+        """The greedy fission pass (``greedy.greedy_fission``: the best-scoring F-Tree nodes enabled
+        while they lower the peak) as a start state: the F-Tree's big regions are many Enable / Lift
+        steps away from the root, and single steps rarely lower a peak made of many equal layers."""
+        from .greedy import greedy_fission
+
+        res = greedy_fission(self.imported, self.order, self.cost, time_budget=time_budget)
+        return self.seed(res.applications)
+
+    # ---- Algorithm 3 -----------------------------------------------------------------------------
+    def _applications(self) -> list[Application]:
+        ev = self.ev
+        hot = [k for k in ev.hotspots() if k.index >= 0][: self.hot]
+        return [a for r in ev.rules.values() for a in r.match(ev.g, hot)]
+
+    def search(self, mode: str, limit: float, time_budget: float = 60.0,
+               progress: Callable[[Record], None] | None = None, cancel: threading.Event | None = None,
+               start: MState | None = None) -> SearchResult:
+        """Best-first search in ``mode`` ("memory": ``limit`` bytes, "latency": ``limit`` seconds)
+        until the queue empties, ``time_budget`` seconds pass or ``cancel`` is set; the best state
+        found is kept either way."""
+        obj = Objective(mode, limit)
+        t0 = time.perf_counter()
+        start = start or self.root
+        best = start
+        tick = 0
+        queue: list[tuple[tuple, int, MState]] = [(obj.key(start.peak, start.latency), tick, start)]
+        records: list[Record] = []
+        generated = deduplicated = filtered = 0
+        stopped = "the queue is empty"
+        it = 0
+        while queue:
+            if time.perf_counter() - t0 > time_budget:
+                stopped = f"time budget ({time_budget:g} s)"
+                break
+            if cancel is not None and cancel.is_set():
+                stopped = "cancelled"
+                break
+            _, _, s = heapq.heappop(queue)
+            it += 1
+            self.ev.goto(s)
+            for app in self._applications():
+                if cancel is not None and cancel.is_set() or time.perf_counter() - t0 > time_budget:
+                    break
+                try:
+                    c = self.ev.evaluate(app)
+                except (ValueError, GraphError, KeyError, AssertionError):
+                    filtered += 1  # the rule does not apply here (SplitError is a ValueError)
+                    continue
+                generated += 1
+                if c.hash in self.seen:
+                    deduplicated += 1
+                    continue
+                self.seen.add(c.hash)
+                child = self.ev.child_state(c)
+                self._archive(child)
+                if obj.key(child.peak, child.latency) < obj.key(best.peak, best.latency):
+                    best = child
+                if obj.relaxed(child.peak, child.latency, best, self.delta):
+                    tick += 1
+                    heapq.heappush(queue, (obj.key(child.peak, child.latency), tick, child))
+                else:
+                    filtered += 1
+            rec = Record(time.perf_counter() - t0, it, best.peak, best.latency, generated, deduplicated, filtered)
+            records.append(rec)
+            if progress is not None:
+                progress(rec)
+        return SearchResult(best, self.root, records, self.frontier(), stopped, time.perf_counter() - t0)
+
+    def pareto(self, fractions: tuple[float, ...] = (0.8, 0.6, 0.4, 0.25), time_budget: float = 60.0,
+               progress: Callable[[Record], None] | None = None,
+               cancel: threading.Event | None = None) -> SearchResult:
+        """The memory mode at limits ``fractions`` x the imported peak (the budget shared equally,
+        each search starting from the best state of the previous one); the archive's frontier."""
+        t0 = time.perf_counter()
+        records: list[Record] = []
+        best = self.root
+        res = None
+        for k, f in enumerate(fractions):
+            left = time_budget - (time.perf_counter() - t0)
+            if left <= 0 or cancel is not None and cancel.is_set():
+                break
+            res = self.search("memory", f * self.root.peak, left / (len(fractions) - k), progress, cancel, start=best)
+            offset = records[-1].seconds if records else 0.0
+            records += [Record(r.seconds + offset, r.iteration, r.best_peak, r.best_latency, r.generated,
+                               r.deduplicated, r.filtered) for r in res.records]
+            best = res.best
+        stopped = res.stopped if res is not None else "cancelled"
+        return SearchResult(best, self.root, records, self.frontier(), stopped, time.perf_counter() - t0)
+
+    # ---- plans -----------------------------------------------------------------------------------
+    def plan(self, s: MState, method: str = "magis", label: str = "") -> Plan:
+        """The plan of state ``s``: its applications from the imported graph, its schedule, and the
+        simulator's peak and latency of that graph and schedule (what the exported script does)."""
+        g, order = self.ev.materialize(s)
+        sim = simulate(g, order, self.cost, validate=False)
+        return Plan(method, s.applications(), order, sim.peak, sim.latency, label,
+                    {"depth": s.depth, "search_peak": s.peak, "search_latency": s.latency})
+
+
+__all__ = ["DELTA", "MOptimizer", "Objective", "Record", "SearchResult"]
+
+
+def optimize(g: Graph, *, memory_limit: float | None = None, latency_limit: float | None = None,
+             pareto: bool = False, time_budget: float = 60.0, device: str = "rtx3090", warm: float = 0.3,
+             progress: Callable[[Record], None] | None = None, cancel: threading.Event | None = None):
+    """One run of the M-Optimizer as a plan file (``plan.PlanFile``): point 0 is the answer (the best
+    state under the limit, or the frontier's points by peak for ``pareto``), then PyTorch's eager
+    order as the baseline.  ``memory_limit``: bytes, or a fraction of the imported peak when <= 1;
+    ``latency_limit``: a factor of the imported latency.  ``warm``: the share of the budget spent on
+    the greedy fission warm start."""
+    from .plan import PlanFile
+    from .wl_hash import graph_hash
+
+    if sum(x is not None for x in (memory_limit, latency_limit)) + bool(pareto) != 1:
+        raise ValueError("give exactly one of a memory limit, a latency limit or pareto")
+    t0 = time.perf_counter()
+    m = MOptimizer(g, AnalyticCost(device))
+    start = m.warm_start(warm * time_budget) if warm > 0 else m.root
+    left = max(0.0, time_budget - (time.perf_counter() - t0))
+    if pareto:
+        res = m.pareto(time_budget=left, progress=progress, cancel=cancel)
+        states = res.archive
+        labels = [f"frontier {k}" for k in range(len(states))]
+    else:
+        mode, limit = ("memory", memory_limit) if memory_limit is not None else ("latency", latency_limit)
+        if mode == "memory" and limit <= 1:
+            limit = limit * m.root.peak
+        if mode == "latency":
+            limit = limit * m.root.latency
+        res = m.search(mode, limit, left, progress, cancel, start=start)
+        states = [res.best]
+        labels = [f"{mode} limit {limit:g}"]
+    points = [m.plan(s, "magis", label) for s, label in zip(states, labels, strict=True)]
+    points.append(m.plan(m.root, "eager", "traced order"))
+    meta = {"mode": "pareto" if pareto else ("memory" if memory_limit is not None else "latency"),
+            "limit": None if pareto else (memory_limit if memory_limit is not None else latency_limit),
+            "time_budget": time_budget, "seconds": round(time.perf_counter() - t0, 3), "stopped": res.stopped,
+            "ftree_nodes": len(m.ftree.nodes), "states": len(m.seen)}
+    return PlanFile(g.name, graph_hash(g), device, points, [r.to_dict() for r in res.records], meta)
+
+
+__all__ += ["optimize"]

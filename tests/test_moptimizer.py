@@ -1,0 +1,100 @@
+"""The M-Optimizer (MAGIS Algorithm 3) and plan files: the paper's lexicographic comparisons by hand,
+a search on the hand-built MLP that must use fission to meet a memory limit, plans that replay to the
+simulated numbers, the Pareto archive, and one-line errors for bad plan files."""
+
+from __future__ import annotations
+
+import gzip
+import json
+
+import pytest
+
+from core.search.moptimizer import MOptimizer, Objective, optimize
+from core.search.mstate import MState
+from core.search.plan import PlanError, check_order, load_plans, plans_from_bytes, replay, save_plans
+from core.simulate import simulate
+from tests.test_fission import mlp
+
+
+def _s(peak, latency):
+    return MState(None, None, 0, -1, (), peak, latency, 0)
+
+
+def test_the_lexicographic_comparisons_of_both_modes():
+    mem = Objective("memory", 100)
+    # both meet the limit: latency decides; else memory decides
+    assert mem.key(90, 1.0) < mem.key(50, 2.0)
+    assert mem.key(100, 5.0) < mem.key(101, 1.0)
+    assert mem.key(150, 5.0) < mem.key(160, 1.0)
+    lat = Objective("latency", 1.5)
+    assert lat.key(50, 1.4) < lat.key(60, 1.0)
+    assert lat.key(999, 1.5) < lat.key(1, 1.6)
+    assert lat.key(10, 2.0) < lat.key(5, 3.0)
+    # the push test: within delta = 1.1 of the best in the quantity compared first
+    best = _s(90, 1.0)
+    assert mem.relaxed(95, 1.1, best, 1.1) and not mem.relaxed(95, 1.2, best, 1.1)
+    assert mem.relaxed(98, 9.0, _s(120, 1.0), 1.1) and not mem.relaxed(140, 0.1, _s(120, 1.0), 1.1)
+    with pytest.raises(ValueError, match="unknown mode"):
+        Objective("speed", 1)
+
+
+def test_the_search_meets_a_memory_limit_on_the_mlp_and_its_plan_replays():
+    g, _ = mlp()
+    m = MOptimizer(g)
+    limit = int(0.8 * m.root.peak)
+    res = m.search("memory", limit, time_budget=20)
+    assert res.best.peak <= limit < m.root.peak
+    assert res.records and all(a.best_peak >= b.best_peak for a, b in zip(res.records, res.records[1:]))
+    plan = m.plan(res.best)
+    h = replay(g, plan.applications)
+    check_order(h, plan.order)
+    sim = simulate(h, plan.order)
+    assert (plan.peak, plan.latency) == (sim.peak, sim.latency) and plan.peak <= limit
+    assert any(a.rule in ("fission", "lift", "mutate") for a in plan.applications)
+    # the archive holds no dominated state
+    arc = res.archive
+    assert all(not (b.peak <= a.peak and b.latency <= a.latency and (b.peak, b.latency) != (a.peak, a.latency))
+               for a in arc for b in arc)
+
+
+def test_plan_files_round_trip_and_belong_to_their_graph(tmp_path):
+    g, _ = mlp()
+    pf = optimize(g, memory_limit=0.8, time_budget=8, warm=0)
+    assert [p.method for p in pf.points] == ["magis", "eager"] and pf.records
+    path = save_plans(pf, tmp_path / "p.json.gz")
+    back = load_plans(path, g)
+    assert back.to_dict() == json.loads(json.dumps(pf.to_dict()))
+    with pytest.raises(PlanError, match="no point 5: the plan file has points 0-1"):
+        back.point(5)
+    other, _ = mlp()
+    other.nodes[next(iter(other.nodes))].outputs[0].shape = (8, 5)
+    with pytest.raises(PlanError, match="not for"):
+        load_plans(path, other)
+
+
+@pytest.mark.parametrize("edit, words", [
+    (lambda d: d.update(schema="x"), "not a MAGIS plan file"),
+    (lambda d: d.update(version=99), "unsupported plan file version"),
+    (lambda d: d["points"][0].update(applications=[["teleport", 1]]), "unknown rule 'teleport'"),
+    (lambda d: d["points"][0].update(applications=[["remat", "a"]]), "expected [rule, int, ...]"),
+    (lambda d: d["points"][0].update(peak=-1), "'peak' is not a byte count"),
+    (lambda d: d["points"][0].update(order="x"), "'order' is not a list of node ids"),
+    (lambda d: d.update(points={}), "'points' is not a list"),
+])
+def test_bad_plan_files_are_one_line(edit, words):
+    g, _ = mlp()
+    d = optimize(g, memory_limit=0.9, time_budget=2, warm=0).to_dict()
+    edit(d)
+    with pytest.raises(PlanError) as e:
+        plans_from_bytes(gzip.compress(json.dumps(d).encode()))
+    assert words in str(e.value) and "\n" not in str(e.value)
+    with pytest.raises(PlanError, match="not a MAGIS plan file"):
+        plans_from_bytes(b"\x00garbage")
+
+
+def test_a_plan_that_does_not_replay_names_its_step():
+    g, _ = mlp()
+    from core.transform.rule import Application
+
+    with pytest.raises(PlanError, match="step 1 .*remat"):
+        replay(g, [Application("remat", (999, 1000))])
