@@ -365,6 +365,11 @@ def _names(names: Any) -> str:
     return ", ".join(sorted(names))
 
 
+def _plan_options(s: argparse.ArgumentParser, what: str) -> None:
+    s.add_argument("--plan", type=Path, default=None, metavar="PLAN", help=what)
+    s.add_argument("--point", type=int, default=None, metavar="K", help="which point of the plan file (default: 0)")
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The ``magis`` argument parser; each sub-command sets ``fn`` to its ``cmd_*`` function.  The
     valid names of ``--device``, ``--method`` and ``--schedule`` come from their registries."""
@@ -415,9 +420,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--schedule", default="traced", metavar="NAME",
                    help=f"order of the ops in the script: {schedules} (default: %(default)s)")
     s.add_argument("-o", "--output", required=True, type=Path, metavar="SCRIPT", help="the .py file to write")
-    s.add_argument("--plan", type=Path, default=None, metavar="PLAN",
-                   help="export a plan (from `magis optimize`) of FILE instead of a schedule")
-    s.add_argument("--point", type=int, default=None, metavar="K", help="which point of the plan file (default: 0)")
+    _plan_options(s, "export a plan (from `magis optimize`) of FILE instead of a schedule")
     s.add_argument("--json", action="store_true", help="print the result as one JSON object")
     s.set_defaults(fn=cmd_export)
 
@@ -478,9 +481,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--graph", default=None, metavar="FILE",
                    help="verify this graph file of the model (e.g. from `magis transform`) instead of a "
                         "fresh capture")
-    s.add_argument("--plan", type=Path, default=None, metavar="PLAN",
-                   help="verify a plan (from `magis optimize`) of the model's graph (or of --graph)")
-    s.add_argument("--point", type=int, default=None, metavar="K", help="which point of the plan file (default: 0)")
+    _plan_options(s, "verify a plan (from `magis optimize`) of the model's graph (or of --graph)")
     s.set_defaults(fn=cmd_verify)
 
     s = sub.add_parser("app", help="launch the web app")

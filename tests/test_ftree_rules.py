@@ -6,21 +6,16 @@ result at the simulated peak."""
 from __future__ import annotations
 
 import pytest
-import torch
 
 from core.analysis.ftree import build_ftree
-from core.codegen.emit import generate_source
-from core.codegen.verify import load_script
 from core.ir import io
 from core.ir.graph import NodeKind
-from core.schedule import get_scheduler
 from core.search.wl_hash import graph_hash
-from core.simulate import simulate
 from core.transform.fission import Fission
 from core.transform.ftree_rules import FTreeMutations
 from core.transform.registry import get_rule
 from core.transform.rule import Application
-from tests.test_fission import mlp
+from tests.test_fission import mlp, run_mlp_script
 
 
 def _tree():
@@ -35,7 +30,7 @@ def _apply(g, app):
     return get_rule(app.rule).apply(g, app)
 
 
-def _enable(f, n, g=None):
+def _enable(f, n):
     return Fission.application(n, f.split.comp, f.split.nodes)
 
 
@@ -59,8 +54,8 @@ def test_enable_applies_to_leaves_first_then_to_the_parent_of_an_enabled_node():
     apps = mut.applications(g)
     f = on[child.id].top
     target = (*child.split.comp, 1, t["y"].node)  # the F-Tree node: its component, |S| and min S
-    assert Application_params(_by_rule(apps, "disable")) == [(f, *target)]
-    assert Application_params(_by_rule(apps, "mutate")) == [(f, *target, 4)]  # 2 -> 4: the next divisor of 8
+    assert _params(_by_rule(apps, "disable")) == [(f, *target)]
+    assert _params(_by_rule(apps, "mutate")) == [(f, *target, 4)]  # 2 -> 4: the next divisor of 8
     (lift,) = _by_rule(apps, "lift")
     assert lift.params[0] == f and lift.params[1] == 2 and set(lift.params[5:]) == {t["r"].node, t["y"].node}
     batch = ft.dgraph.component(child.split.comp)
@@ -69,7 +64,7 @@ def test_enable_applies_to_leaves_first_then_to_the_parent_of_an_enabled_node():
     assert len(parent_enable) == 1  # the parent, with the enabled child inside as its fission node
 
 
-def Application_params(apps):
+def _params(apps):
     return [a.params for a in apps]
 
 
@@ -96,12 +91,6 @@ def test_each_rule_makes_the_graph_the_direct_enabling_makes_and_takes_back_exac
     assert g.same_as(before)
 
 
-def _run(g, n_out=4):
-    order = get_scheduler("traced").run(g).order
-    src = generate_source(g, order)
-    return order, src
-
-
 def test_nested_fission_runs_nested_loops_with_the_unsplit_result_at_the_simulated_peak(tmp_path):
     g, t, ft, parent, child = _tree()
     mut = FTreeMutations(ft)
@@ -117,16 +106,9 @@ def test_nested_fission_runs_nested_loops_with_the_unsplit_result_at_the_simulat
     inner = [n for n in top.fission.graph.nodes.values() if n.kind == NodeKind.FISSION]
     assert len(inner) == 1 and inner[0].outputs[0].shape == (4, 4)  # the child inside one part of 4 rows
     assert [n.outputs[0].shape for n in inner[0].fission.graph.ops()] == [(2, 4)]  # its parts: 2 rows
-    order, src = _run(g)
+    src, measured, simulated = run_mlp_script(g, tmp_path)
     assert "for _k1 in range(2):" in src and "for _k2 in range(2):" in src
-    path = tmp_path / "plan.py"
-    path.write_text(src)
-    mod = load_script(path)
-    torch.manual_seed(0)
-    x, w1, w2 = torch.randn(8, 4), torch.randn(4, 64), torch.randn(64, 4)
-    out, mem = mod.measure({"input_0": x, "w1": w1, "w2": w2}, "cpu")
-    torch.testing.assert_close(out["y"], torch.relu(x @ w1) @ w2)
-    assert mem["measured_peak_bytes"] == simulate(g, order).peak
+    assert measured == simulated
 
     # Disable reaches the nested child through its enabled parent; the parent stays enabled
     with pytest.raises(ValueError, match="enabled descendants"):

@@ -11,7 +11,6 @@ import torch
 from app.cli import main
 from core.search.moptimizer import optimize
 from core.search.plan import check_order
-from sample_graphs.store import load_sample_graph
 from tests.workload_cases import TINY, Case
 
 

@@ -27,14 +27,13 @@ axis in D, e.g. weight gradients along the batch).  The constraints, checked in 
 
 from __future__ import annotations
 
-import heapq
 import math
 from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from ..ir import ops
-from ..ir.graph import Graph, NodeKind, TRef, map_refs
+from ..ir.graph import Graph, NodeKind, TRef, kahn_order, map_refs
 
 Key = tuple[int, int, int]  # (node id, output index, dim >= 0 | -reduce axis)
 
@@ -223,19 +222,7 @@ def _connected(g: Graph, s: set[int]) -> bool:
 def topological(g: Graph, s: set[int]) -> list[int]:
     """S in a topological order of G[S], smaller ids first among ready nodes (the traced order for
     imported ops; nodes a rule restored or added need not sit in order in ``g.nodes``)."""
-    indeg = {v: sum(1 for p in g.preds(v) if p in s) for v in s}
-    ready = [v for v, k in indeg.items() if k == 0]
-    heapq.heapify(ready)
-    out = []
-    while ready:
-        v = heapq.heappop(ready)
-        out.append(v)
-        for u in g.users(v):
-            if u in s:
-                indeg[u] -= 1
-                if indeg[u] == 0:
-                    heapq.heappush(ready, u)
-    return out
+    return kahn_order(g, s)
 
 
 def plan_split(g: Graph, dg: DGraph, nodes: Iterable[int], comp: Key) -> Split:

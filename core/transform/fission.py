@@ -13,7 +13,17 @@ from collections.abc import Iterable
 
 from ..analysis.dgraph import DGraph, Key, Split, SplitError, plan_split, topological
 from ..ir import ops
-from ..ir.graph import FissionOrigin, FissionSpec, Graph, Node, NodeKind, TensorMeta, TorchConst, TRef, map_refs
+from ..ir.graph import (
+    FissionOrigin,
+    FissionSpec,
+    Graph,
+    Node,
+    NodeKind,
+    TensorMeta,
+    TorchConst,
+    TRef,
+    map_refs,
+)
 from .rule import Application, Rule
 
 
