@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from core.analysis.dgraph import DGraph, SplitError, plan_split
-from core.analysis.ftree import build_ftree
+from core.analysis.ftree import _reachable, _scores, build_ftree, hot_bytes
 from core.analysis.lifetimes import memory_profile
 from core.codegen.emit import generate_source
 from core.codegen.verify import load_script
@@ -184,6 +184,81 @@ def test_algorithm_1_on_the_mlp_by_hand():
         else:
             assert f.parent is None
     assert all(f.n == 1 for f in ft.nodes)
+
+
+def fig6_forward() -> Graph:
+    """The forward graph of the ``fig6_ftree`` sample (8 x 8 activations of 256 B each)."""
+    from core.frontend.torch_import import capture
+    from sample_graphs.toy import Fig6FTree
+
+    torch.manual_seed(0)
+    return capture(Fig6FTree(8), (torch.randn(8, 8),), training=False, name="fig6")
+
+
+def test_algorithm_1_on_the_fig6_sample_by_hand():
+    """MAGIS Fig. 6 shows Algorithm 1 on one D-Graph component of a graph whose tensors all have one
+    size; the ``fig6_ftree`` sample is our reconstruction (its topology is in the sample's docstring):
+    v1 = addmm, v2 = relu, v3 = addmm_1, v4 = relu_1, v5 = addmm_2, s = sigmoid, v6 = addmm_3,
+    v7 = mul, v8 = add, v9 = addmm_4, tanh, out = mul_1, every activation 8 x 8 float32 = 256 B.
+
+    H: in the traced order four activations are alive at each of three steps (sigmoid: v2 v4 v5 s;
+    addmm_3: v2 v5 s v6; mul: v2 v5 v6 v7), so H is their union {v2, v4, v5, s, v6, v7} plus the
+    resident input and parameters.
+
+    The batch component holds every op but the weights' transposes.  Dominator tree: v1 -> v2;
+    v2 -> {v3, v8} (v8 joins the residual, so only v2 dominates it); v3 -> v4 -> {v5, s, v7};
+    s -> v6; v8 -> v9 -> {tanh, out}.  Eq. 3 (T.des(v) includes v): heat(v1) = heat(v2) = 6 x 256
+    = 1536, heat(v3) = heat(v4) = 5 x 256 = 1280, heat(s) = 512, heat(v5) = heat(v6) = heat(v7) = 256,
+    and 0 below v8.  Eq. 4 with n = 2 charges the inputs from outside T.des(v) that are not in H:
+    only v1's subtree reads nothing but resident tensors (768); T.des(v2) reads v1 (768 - 256 = 512);
+    T.des(v3) reads v2, hot (640); T.des(v4) reads v3, not hot (640 - 256 = 384); s: 256; v5, v6,
+    v7: 128.  Normalised by s_max = 768 with L = 4: v1 = 1 (level 4), v3 = 0.83 (level 3), v2 = 0.67
+    and v4 = 0.5 (level 2: v2 has v4 below it, so only v4 is picked), s = 0.33 (level 1), v5, v6,
+    v7 = 0.17 (below the first level).  Candidates S = T.des(v) minus v, each inside the previous
+    one, so the F-Tree is one chain of four concatenated batch splits.
+
+    The width components give no candidate: their best sub-graphs end in an addmm whose reduce
+    axis is the split one, and its bias would be added once per part (three rejected picks)."""
+    g = fig6_forward()
+    by = {g.nodes[v].name: v for v in g.topo_order()}
+    ft = build_ftree(g)
+    order = [v for v in g.topo_order() if g.nodes[v].kind != NodeKind.PLACEHOLDER]
+    act = {"relu", "relu_1", "addmm_2", "sigmoid", "addmm_3", "mul"}
+    assert {g.nodes[r.node].name: b for r, b in hot_bytes(g, order).items()
+            if g.nodes[r.node].kind == NodeKind.OP} == {a: 256 for a in act}
+
+    batch = ft.dgraph.component((by["input_0"], 0, 0))
+    members = sorted((v for v in ft.dgraph.components()[batch] if g.nodes[v].kind == NodeKind.OP),
+                     key=g.topo_order().index)
+    idom, heat, score, _ = _scores(g, members, hot_bytes(g, order), 2, _reachable(g))
+    name = [g.nodes[v].name for v in members]
+    table = {name[i]: (name[idom[i]] if idom[i] >= 0 else None, heat[i], score[i]) for i in range(len(members))}
+    ninf = float("-inf")
+    assert table == {
+        "addmm": (None, 1536, 768.0), "relu": ("addmm", 1536, 512.0),
+        "addmm_1": ("relu", 1280, 640.0), "relu_1": ("addmm_1", 1280, 384.0),
+        "addmm_2": ("relu_1", 256, 128.0), "sigmoid": ("relu_1", 512, 256.0),
+        "addmm_3": ("sigmoid", 256, 128.0), "mul": ("relu_1", 256, 128.0),
+        "add": ("relu", 0, ninf), "addmm_4": ("add", 0, ninf), "tanh": ("addmm_4", 0, ninf),
+        "mul_1": ("addmm_4", 0, ninf),
+    }
+
+    got = [(f.id, f.parent, g.nodes[f.dominator].name, sorted(g.nodes[v].name for v in f.split.nodes),
+            f.heat, f.score, f.level, ft.dgraph.component(f.split.comp), f.split.combine, f.n) for f in ft.nodes]
+    inner = ["addmm_2", "addmm_3", "mul", "sigmoid"]
+    cat = [("cat", 0)]
+    assert got == [
+        (0, None, "addmm", sorted(["relu", "addmm_1", "relu_1", *inner, "add", "addmm_4", "tanh", "mul_1"]),
+         1536, 768.0, 4, batch, cat, 1),
+        (1, 0, "addmm_1", sorted(["relu_1", *inner]), 1280, 640.0, 3, batch, cat, 1),
+        (2, 1, "relu_1", inner, 1280, 384.0, 2, batch, cat, 1),
+        (3, 2, "sigmoid", ["addmm_3"], 512, 256.0, 1, batch, cat, 1),
+    ]
+    assert [f.children for f in ft.nodes] == [[1], [2], [3], []]
+    assert ft.rejected == 3
+    width = ft.dgraph.component((by["relu_1"], 0, 1))
+    with pytest.raises(SplitError, match="bias would be added once per part"):
+        plan_split(g, ft.dgraph, frozenset({by["addmm_3"]}), width)
 
 
 def test_a_region_its_mean_loss_and_its_backward_split_together_exactly():
