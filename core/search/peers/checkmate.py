@@ -1,0 +1,5 @@
+from .base import Peer
+
+
+class Checkmate(Peer):
+    name = "checkmate"

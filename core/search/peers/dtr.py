@@ -1,0 +1,5 @@
+from .base import Peer
+
+
+class DTR(Peer):
+    name = "dtr"

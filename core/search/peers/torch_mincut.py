@@ -1,0 +1,5 @@
+from .base import Peer
+
+
+class TorchMinCut(Peer):
+    name = "torch_mincut"
