@@ -198,7 +198,6 @@ def realise(g: Graph, d: RematDecision) -> Realised:
                     continue
                 readers.setdefault((p, d.want((x, k), p)), []).append((x, k))
     # the instance each original realises: the one with the most realised readers
-    kept = kept_ops(g)
     orig: dict[int, int] = {}
     count: dict[Inst, int] = {}
 
@@ -209,7 +208,7 @@ def realise(g: Graph, d: RematDecision) -> Realised:
         ks = [0] + insts.get(x, [])
         for k in ks:
             count[(x, k)] = sum(realisations(r) for r in readers.get((x, k), []))
-        if x in kept or not g.users(x) or len(ks) == 1:
+        if len(ks) == 1:
             orig[x] = 0
         else:
             orig[x] = max(ks, key=lambda k: (count[(x, k)], -k))
