@@ -200,6 +200,7 @@ def realise(g: Graph, d: RematDecision) -> Realised:
     # the instance each original realises: the one with the most realised readers
     orig: dict[int, int] = {}
     count: dict[Inst, int] = {}
+    outputs = kept_ops(g)
 
     def realisations(x: Inst) -> int:
         return 1 if orig.get(x[0]) == x[1] else count.get(x, 0)
@@ -208,8 +209,8 @@ def realise(g: Graph, d: RematDecision) -> Realised:
         ks = [0] + insts.get(x, [])
         for k in ks:
             count[(x, k)] = sum(realisations(r) for r in readers.get((x, k), []))
-        if len(ks) == 1:
-            orig[x] = 0
+        if len(ks) == 1 or (x in outputs and not count[(x, 0)]):
+            orig[x] = 0  # a graph output is the forward's: its first computation stays
         else:
             orig[x] = max(ks, key=lambda k: (count[(x, k)], -k))
     # fix readers first; every copy is remat(original, reader) and is fixed at once
