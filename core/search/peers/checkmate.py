@@ -36,7 +36,7 @@ from ...ir.graph import Graph, NodeKind, TRef
 from .base import Peer, eager_peak
 from .common import Failure, Inst, RematDecision, candidates, make_plan, realise, traced_order
 
-BUDGETS = (0.9, 0.8, 0.7)
+BUDGETS = (0.95, 0.9, 0.8, 0.7)
 
 
 Val = tuple[int, int]  # (op index, output index): one output tensor

@@ -32,7 +32,7 @@ from ...transform.remat import recomputable
 from .base import Peer, eager_peak
 from .common import Failure, Inst, RematDecision, make_plan, realise, storage_members, traced_order
 
-BUDGETS = (0.9, 0.8, 0.7, 0.6, 0.5, 0.4, 0.3)
+BUDGETS = (0.95, 0.9, 0.85, 0.8, 0.7, 0.6, 0.5, 0.4, 0.3)
 
 
 class DTRFailure(Exception):
