@@ -32,7 +32,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ...ir.graph import Graph, NodeKind, TRef
+from ...ir.graph import Graph, TRef
 from .base import Peer, eager_peak
 from .common import Failure, Inst, RematDecision, candidates, make_plan, realise, traced_order
 
@@ -285,7 +285,7 @@ def formulate(p: Problem, budget: int) -> Formulation:
                 freed.add(f, float(nb))
         kept_before += p.kept[t]
     obj = Lin()
-    for (t, i), x in R.items():
+    for (_t, i), x in R.items():
         obj.add(x, p.cost[i])
     return Formulation(m, R, obj, stages)
 

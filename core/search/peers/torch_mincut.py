@@ -22,7 +22,6 @@ import operator
 import time
 from typing import Any
 
-from ...ir.graph import Graph
 from .base import Peer
 from .common import Failure, candidates, forward_ops, make_plan, own_bytes, realise, two_instance_decision
 
@@ -37,7 +36,7 @@ def joint_graph(workload: Any, traced_as: str = "eager"):
     import torch
     from torch._subclasses.fake_tensor import FakeTensor
 
-    from ...frontend.torch_import import _TrainStep, _trace, _unused_parameters, export_tracing_state
+    from ...frontend.torch_import import _trace, _TrainStep, _unused_parameters, export_tracing_state
     from ...frontend.workload import workload_fns
 
     loss_fn, _ = workload_fns(workload)
