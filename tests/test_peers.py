@@ -229,17 +229,20 @@ def test_every_peer_plan_verifies_on_the_tiny_workloads(name):
     case = Case(name)
     cost = AnalyticCost("rtx3090")
     eager = PEERS["eager"].plans(case.g, cost)[0]
-    rows, failures = [], []
+    rows, failures, seconds = [], [], {}
     for method, peer in PEERS.items():
         opts = dict(OPTIONS[name].get(method, {}))
         if method == "torch_mincut":
             opts["workload"] = build_workload(name, 0)
         run = peer.run(case.g, cost, time_budget=300, **opts)
+        seconds[method] = run.seconds
         failures += [(method, f.label, f.reason) for f in run.failures]
         for p in run.plans:
             h = check_plan(case.g, p, cost)
             res = verify_graph(h, p.order, case.tensors, case.ref, schedule=f"{method}_{p.label}", details=True)
             assert problems(res) == [], (method, p.label, problems(res))
+            if method in ("dtr", "checkmate"):
+                assert p.peak <= p.stats["budget"], (method, p.label)
             rows.append((method, p.label, p.peak / eager.peak, p.latency / eager.latency, p.stats.get("duplicates", 0)))
     print(f"\n{name}: eager peak {eager.peak} B, latency {eager.latency * 1e3:.3f} ms")
     print(f"{'method':<13} {'label':<16} {'peak':>6} {'latency':>8} {'dup':>4}")
@@ -247,6 +250,7 @@ def test_every_peer_plan_verifies_on_the_tiny_workloads(name):
         print(f"{m:<13} {label:<16} {pr:6.3f} {lr:8.3f} {dup:4d}")
     for m, label, why in failures:
         print(f"{m:<13} {label:<16} failed: {why}")
+    print("seconds per method: " + ", ".join(f"{m} {t:.1f}" for m, t in seconds.items()))
     got = {m for m, *_ in rows}
     assert {"eager", "sqrt_n", "dtr", "torch_mincut"} <= got
     assert ("checkmate" in got) == (name == "resnet50_tiny")  # bert_tiny's MILP is not solved in 20 s
