@@ -29,8 +29,9 @@ BUDGETS = (1.0, 0.8, 0.5, 0.3, 0.1, 0.0)
 
 
 def joint_graph(workload: Any, traced_as: str = "eager"):
-    """(joint fx GraphModule with a ``tangents_1`` input, number of forward outputs) of a workload
-    (``module``, ``inputs``, ``loss_fn``), traced as ``core.frontend.torch_import`` traces it."""
+    """(joint fx GraphModule with a ``tangents_1`` input, number of forward outputs, names of the
+    joint graph's ops, the seed's included) of a workload (``module``, ``inputs``, ``loss_fn``),
+    traced as ``core.frontend.torch_import`` traces it."""
     import contextlib
 
     import torch
@@ -58,6 +59,7 @@ def joint_graph(workload: Any, traced_as: str = "eager"):
     if len(seeds) != 1:
         raise ValueError("the joint graph has no ones_like(loss) backward seed")
     seed = seeds[0]
+    names = {n.name for n in graph.nodes if n.op == "call_function"}
     last_ph = list(graph.find_nodes(op="placeholder"))[-1]
     with graph.inserting_after(last_ph):
         tangent = graph.placeholder("tangents_1")
@@ -78,17 +80,18 @@ def joint_graph(workload: Any, traced_as: str = "eager"):
                 with mode:
                     n.meta["val"] = torch.empty_strided(v.shape, v.stride(), dtype=v.dtype, device=v.device)
     gm.recompile()
-    return gm, n_fwd
+    return gm, n_fwd, names
 
 
 def partition(workload: Any, budget: float, *, solver: str = "dp", cse: bool = False, traced_as: str = "eager"):
-    """torch's (forward module, backward module) at ``budget``."""
+    """torch's (forward module, backward module, names of the joint graph's ops) at ``budget``."""
     import torch._functorch.config as fconfig
     from torch._functorch.partitioners import min_cut_rematerialization_partition
 
-    gm, n_fwd = joint_graph(workload, traced_as)
+    gm, n_fwd, names = joint_graph(workload, traced_as)
     with fconfig.patch(activation_memory_budget=budget, activation_memory_budget_solver=solver, cse=cse):
-        return min_cut_rematerialization_partition(gm, None, num_fwd_outputs=n_fwd)
+        fw, bw = min_cut_rematerialization_partition(gm, None, num_fwd_outputs=n_fwd)
+    return fw, bw, names
 
 
 def _names(gm) -> tuple[set[str], list[str]]:
@@ -124,7 +127,7 @@ class TorchMinCut(Peer):
                 continue
             t1 = time.perf_counter()
             try:
-                fw, bw = partition(workload, b, solver=solver, cse=cse, traced_as=g.meta.get("traced_as", "eager"))
+                fw, bw, joint = partition(workload, b, solver=solver, cse=cse, traced_as=g.meta.get("traced_as", "eager"))
             except Exception as e:  # noqa: BLE001 -- torch's failure is this point's failure
                 failures.append(Failure(label, f"torch's partitioner failed: {type(e).__name__}: {str(e)[:120]}"))
                 continue
@@ -137,7 +140,7 @@ class TorchMinCut(Peer):
             not_ours = sorted(g.nodes[v].name for v in recompute - cand)
             recompute &= cand
             readers = {by_name[x] for x in bw_ops if x in by_name} - recompute
-            readers |= backward_ops - {by_name[x] for x in fw_ops if x in by_name}  # ours only (grad sums)
+            readers |= {v for v in backward_ops if g.nodes[v].name not in joint}  # ours only (sums of tied grads)
             saved = {by_name[x] for x in bw_in if x in by_name}
             d = two_instance_decision(g, recompute, readers)
             r = realise(g, d)
