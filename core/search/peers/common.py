@@ -107,10 +107,13 @@ class RematDecision:
         return self.reads.get(reader, {}).get(producer, 0)
 
 
-def pull_events(g: Graph, recomputed: Iterable[Inst], reads: dict[Inst, dict[int, int]]) -> list[Inst]:
+def pull_events(g: Graph, recomputed: Iterable[Inst], reads: dict[Inst, dict[int, int]],
+                late: Iterable[int] = ()) -> list[Inst]:
     """Events for a decision without its own timing: the traced order, each recomputed instance
-    run just before the first instance that reads it (its own missing inputs first)."""
-    extra = set(recomputed)
+    (and the first computation of each ``late`` op) run just before the first instance that reads
+    it, its own missing inputs first."""
+    late = set(late)
+    extra = set(recomputed) | {(v, 0) for v in late}
     order = traced_order(g)
     done: set[Inst] = set()
     out: list[Inst] = []
@@ -120,6 +123,8 @@ def pull_events(g: Graph, recomputed: Iterable[Inst], reads: dict[Inst, dict[int
         return [(p, r.get(p, 0)) for p in g.preds(x[0]) if g.nodes[p].kind != NodeKind.PLACEHOLDER]
 
     for v in order:
+        if v in late:
+            continue
         stack: list[tuple[Inst, list[Inst]]] = [((v, 0), wanted((v, 0)))]
         while stack:
             x, todo = stack[-1]
@@ -136,19 +141,48 @@ def pull_events(g: Graph, recomputed: Iterable[Inst], reads: dict[Inst, dict[int
     return out
 
 
+def backward_start(g: Graph, order: list[int] | None = None) -> int:
+    """Position in the traced order of the first op that depends on the loss (the backward's
+    seed); the length of the order when there is none."""
+    order = order or traced_order(g)
+    loss = g.outputs.get("loss")
+    if loss is None:
+        return len(order)
+    seen, stack = set(), list(g.users(loss.node))
+    while stack:
+        v = stack.pop()
+        if v not in seen:
+            seen.add(v)
+            stack.extend(g.users(v))
+    return min((i for i, v in enumerate(order) if v in seen), default=len(order))
+
+
 def two_instance_decision(g: Graph, recompute: set[int], readers: set[int]) -> RematDecision:
     """The checkpointing decision of sqrt(n) and the min-cut partitioner: every op in ``recompute``
     is computed again once (instance 1) for the backward; ``readers`` (backward ops) and the
     recomputed instances read instance 1 of recomputed producers, everything else instance 0.
-    Only instances some reader needs are kept."""
+    Only instances some reader needs are kept.
+
+    A reader the trace placed in the forward (``detach`` views of activations that the backward
+    reads later) is run late, just before its first reader, so that it reads the recomputed value
+    where the backward needs it; readers nobody reads (dead ``detach`` ops) read the forward's."""
+    order = traced_order(g)
+    pos = {v: i for i, v in enumerate(order)}
+    start = backward_start(g, order)
+    outputs = {r.node for r in g.outputs.values()}
     reads: dict[Inst, dict[int, int]] = {}
     need: set[int] = set()
+    late: set[int] = set()
     stack = []
-    for x in readers:
+    for x in sorted(readers, key=pos.__getitem__):
+        if not g.users(x) and x not in outputs:
+            continue
         ps = {p: 1 for p in g.preds(x) if p in recompute}
         if ps:
             reads[(x, 0)] = ps
             stack.extend(ps)
+        if pos[x] < start and (ps or any(p in late for p in g.preds(x))):
+            late.add(x)
     while stack:
         p = stack.pop()
         if p in need:
@@ -159,7 +193,7 @@ def two_instance_decision(g: Graph, recompute: set[int], readers: set[int]) -> R
             reads[(p, 1)] = ps
             stack.extend(q for q in ps if q not in need)
     insts = [(p, 1) for p in sorted(need)]
-    return RematDecision(pull_events(g, insts, reads), reads)
+    return RematDecision(pull_events(g, insts, reads, late), reads)
 
 
 # ---- realisation as remat applications -------------------------------------------------------
@@ -189,9 +223,15 @@ def realise(g: Graph, d: RematDecision) -> Realised:
                 raise ValueError(f"the decision recomputes {g.nodes[v].name!r}, which cannot be recomputed")
     ops = [n.id for n in g.ops()]
     rank = _topo_rank(g)
+    # an op nobody reads (a dead ``detach`` view) reads whichever instance the original realises
+    # and runs right after it: it counts as no reader
+    out_nodes = {r.node for r in g.outputs.values()}
+    dead = {x for x in ops if not g.users(x) and x not in out_nodes and x not in insts}
     # readers of every instance
     readers: dict[Inst, list[Inst]] = {}
     for x in ops:
+        if x in dead:
+            continue
         for k in [0] + insts.get(x, []):
             for p in g.preds(x):
                 if g.nodes[p].kind == NodeKind.PLACEHOLDER:
@@ -227,7 +267,7 @@ def realise(g: Graph, d: RematDecision) -> Realised:
                 if g2.nodes[m].kind == NodeKind.PLACEHOLDER:
                     continue
                 p, have = realises[m]
-                want = d.want(reader, p)
+                want = orig.get(p, 0) if n in dead else d.want(reader, p)
                 if want == have:
                     continue
                 app = Application(rule.name, (m, n))
@@ -245,7 +285,11 @@ def realise(g: Graph, d: RematDecision) -> Realised:
     for inst, cs in copies_of.items():  # else the copy whose reader runs first
         if inst not in primary:
             primary[inst] = min(cs, key=lambda c: key.get(realises[g2.users(c)[0]], len(key)))
-    anchors = sorted((key.get(inst, len(key)), v) for inst, v in primary.items())
+    at = {inst: float(key.get(inst, len(key))) for inst in primary}
+    for x in dead:
+        at[(x, 0)] = max([at[(x, 0)]] + [at[realises[m]] + 0.5 for m in g2.preds(x)
+                                           if g2.nodes[m].kind != NodeKind.PLACEHOLDER])
+    anchors = sorted((at[inst], v) for inst, v in primary.items())
     order = _pull(g2, [v for _, v in anchors])
     stats = {"recomputed": len(order) - len(ops),  # ops run more than once, duplicates included
              "duplicates": len(order) - len(primary),  # realisations beyond one per instance
@@ -304,5 +348,6 @@ class Failure:
     reason: str
 
 
-__all__ = ["Failure", "Inst", "Realised", "RematDecision", "candidates", "forward_ops", "kept_ops", "make_plan",
+__all__ = ["Failure", "Inst", "Realised", "RematDecision", "backward_start", "candidates", "forward_ops", "kept_ops",
+           "make_plan",
            "own_bytes", "pull_events", "realise", "storage_members", "traced_order", "two_instance_decision"]
