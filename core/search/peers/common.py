@@ -18,7 +18,8 @@ rules:
   ``remat(original, reader)`` and a copy reads what its original read before being re-wired: the
   sequence depends only on the graph and replays exactly.
 * The schedule runs each instance where the method runs it (its event order); duplicates run just
-  before their reader.
+  before their reader; an op nobody reads (a dead ``detach`` view) reads whatever instance its
+  producer's original realises and runs right after it.
 """
 
 from __future__ import annotations
