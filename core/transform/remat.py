@@ -1,7 +1,10 @@
 """Rematerialization (MAGIS section 5.2): give one user B of tensor A a recomputed copy A' (same op,
 same inputs, ``recompute_of`` = A); De-remat merges a copy back into its original.  Chains of
 recomputation arise from applying Remat to a copy.  Remat applies only to hot-spot tensors
-(heuristic H2); ops that draw random numbers or create views are never recomputed."""
+(heuristic H2); ops that draw random numbers are never recomputed.  A view op is matched never (it
+owns no storage, so recomputing it alone frees nothing) but may be applied: as a link of a chain --
+its base recomputed for the recomputed view -- it is how a reader that reads an activation through
+a view (``mm(t(grad), view(x))``) gets a recomputed activation."""
 
 from __future__ import annotations
 
@@ -13,13 +16,15 @@ from ..ir.graph import Graph, NodeKind, TRef, copy_struct
 from .rule import Application, Rule
 
 
-def recomputable(g: Graph, nid: int) -> bool:
+def recomputable(g: Graph, nid: int, views: bool = True) -> bool:
     """An op whose outputs can be produced again from its inputs: not a placeholder, copy or
-    fission node, not random, and owning the storage of every output (no views)."""
+    fission node and not random.  A view op (an output aliases an input) is one unless ``views``
+    is False: its copy is a view of whatever the copy reads (``Graph.replace_input`` re-points the
+    alias when a chain gives it a recomputed base)."""
     n = g.nodes[nid]
     if n.kind != NodeKind.OP or not n.outputs:
         return False
-    if any(t.alias is not None for t in n.outputs):
+    if not views and any(t.alias is not None for t in n.outputs):
         return False
     return not ops.draws_random(n.op)
 
@@ -32,7 +37,7 @@ class Remat(Rule):
     def match(self, g: Graph, hot: Iterable[TRef]) -> list[Application]:
         apps: list[Application] = []
         for a in sorted({r.node for r in hot}):
-            if a not in g.nodes or not recomputable(g, a):
+            if a not in g.nodes or not recomputable(g, a, views=False):
                 continue
             users = g.users(a)
             if len(users) < 2:  # a single user gains nothing from its own copy

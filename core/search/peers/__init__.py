@@ -1,0 +1,34 @@
+"""The peer methods of the M-Optimizer's comparison (issue 12), one file each, all on our graph
+IR, our simulator and our device profile, all returning ``core.search.plan.Plan`` points whose
+applications are our own rules (rematerialisation is ``remat``), so that every point replays,
+exports and verifies like any plan:
+
+* ``eager`` -- PyTorch's traced order, no transformation (the baseline of every ratio);
+* ``sqrt_n`` -- Chen et al. 2016, segment checkpointing;
+* ``dtr`` -- Kirisame et al. ICLR'21, Dynamic Tensor Rematerialization under a budget sweep;
+* ``checkmate`` -- Jain et al. MLSys'20, the optimal rematerialisation MILP (scipy's HiGHS);
+* ``torch_mincut`` -- AOTAutograd's min-cut partitioner run by torch on the joint graph.
+
+``PEERS[name].run(g, cost, time_budget=..., progress=..., **options) -> PeerRun``.
+"""
+
+from __future__ import annotations
+
+from .base import Peer, PeerRun, eager_peak
+from .checkmate import Checkmate
+from .common import Failure
+from .dtr import DTR
+from .eager import Eager
+from .sqrt_n import SqrtN
+from .torch_mincut import TorchMinCut
+
+PEERS: dict[str, Peer] = {p.name: p for p in (Eager(), SqrtN(), DTR(), Checkmate(), TorchMinCut())}
+
+
+def get_peer(name: str) -> Peer:
+    if name not in PEERS:
+        raise ValueError(f"unknown peer method {name!r}; known: {', '.join(PEERS)}")
+    return PEERS[name]
+
+
+__all__ = ["PEERS", "Failure", "Peer", "PeerRun", "eager_peak", "get_peer"]
