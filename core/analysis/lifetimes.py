@@ -78,9 +78,13 @@ def fission_scratch(node) -> int:
     f = node.fission
     if f is None:
         return 0
-    sub = f.graph
-    order = [nid for nid in sub.topo_order() if sub.nodes[nid].kind != NodeKind.PLACEHOLDER]
-    return memory_profile(sub, order, count_resident=False, validate=False).peak if order else 0
+    cached = getattr(f, "_scratch", None)  # a spec's sub-graph does not change once built
+    if cached is None:
+        sub = f.graph
+        order = [nid for nid in sub.topo_order() if sub.nodes[nid].kind != NodeKind.PLACEHOLDER]
+        cached = memory_profile(sub, order, count_resident=False, validate=False).peak if order else 0
+        f._scratch = cached
+    return cached
 
 
 def storage_table(g: Graph) -> StorageTable:

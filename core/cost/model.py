@@ -67,8 +67,12 @@ class AnalyticCost(CostModel):
         if node.kind in (NodeKind.STORE, NodeKind.LOAD):
             return self.transfer_time(sum(t.logical_bytes for t in node.outputs))
         if node.kind == NodeKind.FISSION and node.fission is not None:
-            sub = node.fission.graph
-            return node.fission.n * sum(self.node_time(sub, m) for m in sub.ops())
+            spec = node.fission  # its sub-graph does not change once built: timed once per model
+            cached = getattr(spec, "_time", None)
+            if cached is None or cached[0] is not self:
+                sub = spec.graph
+                cached = spec._time = (self, spec.n * sum(self.node_time(sub, m) for m in sub.ops()))
+            return cached[1]
         key = op_signature(g, node)
         t = self._cache.get(key)
         if t is None:

@@ -419,15 +419,20 @@ class Graph:
         order, id counter and use lists included)."""
         if self._log is not None:
             raise GraphError("cannot undo while recording")
+        order: list[int] | None = None  # the node order, kept apart once a node must move
         for e in reversed(log.edits):
             if e.kind == "add":
                 self.erase_node(e.nid)
+                if order is not None:
+                    order.remove(e.nid)
             elif e.kind == "erase":
                 node = e.node
                 assert node is not None
                 self.add_node(node)
-                if e.position != len(self.nodes) - 1:
-                    self._move(node.id, e.position)
+                if order is None and e.position != len(self.nodes) - 1:
+                    order = list(self.nodes)[:-1]
+                if order is not None:
+                    order.insert(e.position, node.id)
             elif e.kind == "args":
                 self.set_args(e.nid, *e.old)
             elif e.kind == "alias":
@@ -435,12 +440,9 @@ class Graph:
             else:
                 key, ref = e.old
                 self.set_output(key, ref)
+        if order is not None:  # one re-ordering of the node table, not one per restored node
+            self.nodes = {i: self.nodes[i] for i in order}
         self._next_id = log.next_id
-
-    def _move(self, nid: int, position: int) -> None:
-        order = [i for i in self.nodes if i != nid]
-        order.insert(position, nid)
-        self.nodes = {i: self.nodes[i] for i in order}
 
     def new_id(self) -> int:
         return self._next_id

@@ -44,6 +44,7 @@ from .plan import Plan
 DELTA = 1.1  # relaxation of the push test (paper)
 HOT = 6  # hot-spot tensors the tensor rules (remat, swap) are matched on per state
 TENSOR_RULES = ("remat", "deremat", "swap", "deswap")
+REMAT_CANDIDATES = 16  # hot-spots the warm start's Remat steps try per step (largest first)
 
 
 @dataclass
@@ -143,13 +144,53 @@ class MOptimizer:
         return s
 
     def warm_start(self, time_budget: float) -> MState:
-        """The greedy fission pass (``greedy.greedy_fission``: the best-scoring F-Tree nodes enabled
-        while they lower the peak) as a start state: the F-Tree's big regions are many Enable / Lift
-        steps away from the root, and single steps rarely lower a peak made of many equal layers."""
+        """A start state many steps from the root, where single steps rarely lower a peak made of
+        many equal layers: the greedy fission pass (``greedy.greedy_fission``: the best-scoring
+        F-Tree nodes enabled while they lower the peak; the F-Tree's big regions are many Enable /
+        Lift steps away), then Remat steps on the result (``remat_steps``) with what is left of the
+        budget -- the lever where fission cannot split the saved activations (batch norm couples
+        the batch of a CNN).  Every state on the way enters the Pareto archive."""
         from .greedy import greedy_fission
 
-        res = greedy_fission(self.imported, self.order, self.cost, time_budget=time_budget)
-        return self.seed(res.applications)
+        t0 = time.perf_counter()
+        res = greedy_fission(self.imported, self.order, self.cost, time_budget=time_budget / 2)
+        s = self.seed(res.applications)
+        return self.remat_steps(s, time_budget - (time.perf_counter() - t0))
+
+    def remat_steps(self, s: MState, time_budget: float, candidates: int = REMAT_CANDIDATES) -> MState:
+        """From ``s``, commit one Remat per step: among the ``candidates`` largest hot-spots, the
+        child that lowers the peak at the least latency per byte saved, until none lowers it or
+        the budget ends; returns the last state."""
+        rule = self.ev.rules.get("remat")
+        if rule is None:
+            return s
+        t0 = time.perf_counter()
+        ev = self.ev
+        ev.goto(s)
+        while time.perf_counter() - t0 < time_budget:
+            hot = [k for k in ev.hotspots() if k.index >= 0][:candidates]
+            here = ev.state
+            best, best_key = None, None
+            for app in rule.match(ev.g, hot):
+                if time.perf_counter() - t0 > time_budget:
+                    break
+                try:
+                    c = ev.evaluate(app)
+                except (ValueError, GraphError, KeyError, AssertionError):
+                    continue
+                saved = here.peak - c.peak
+                if saved <= 0 or c.hash in self.seen:
+                    continue
+                key = (max(c.latency - here.latency, 0.0) / saved, c.peak)
+                if best_key is None or key < best_key:
+                    best, best_key = c, key
+            if best is None:
+                break
+            child = ev.child_state(best)
+            ev.commit(child)
+            self.seen.add(child.hash)
+            self._archive(child)
+        return ev.state
 
     # ---- Algorithm 3 -----------------------------------------------------------------------------
     def _applications(self) -> list[Application]:
@@ -213,12 +254,13 @@ class MOptimizer:
 
     def pareto(self, fractions: tuple[float, ...] = (0.8, 0.6, 0.4, 0.25), time_budget: float = 60.0,
                progress: Callable[[Record], None] | None = None,
-               cancel: threading.Event | None = None) -> SearchResult:
+               cancel: threading.Event | None = None, start: MState | None = None) -> SearchResult:
         """The memory mode at limits ``fractions`` x the imported peak (the budget shared equally,
-        each search starting from the best state of the previous one); the archive's frontier."""
+        the first search starting from ``start``, each next one from the best state of the previous
+        one); the archive's frontier."""
         t0 = time.perf_counter()
         records: list[Record] = []
-        best = self.root
+        best = start or self.root
         res = None
         for k, f in enumerate(fractions):
             left = time_budget - (time.perf_counter() - t0)
@@ -252,7 +294,7 @@ def optimize(g: Graph, *, memory_limit: float | None = None, latency_limit: floa
     state under the limit, or the frontier's points by peak for ``pareto``), then PyTorch's eager
     order as the baseline.  ``memory_limit``: bytes, or a fraction of the imported peak when <= 1;
     ``latency_limit``: a factor of the imported latency.  ``warm``: the share of the budget spent on
-    the greedy fission warm start."""
+    the warm start (greedy fission, then Remat steps: ``MOptimizer.warm_start``)."""
     from .plan import PlanFile
     from .wl_hash import graph_hash
 
@@ -263,7 +305,7 @@ def optimize(g: Graph, *, memory_limit: float | None = None, latency_limit: floa
     start = m.warm_start(warm * time_budget) if warm > 0 else m.root
     left = max(0.0, time_budget - (time.perf_counter() - t0))
     if pareto:
-        res = m.pareto(time_budget=left, progress=progress, cancel=cancel)
+        res = m.pareto(time_budget=left, progress=progress, cancel=cancel, start=start)
         states = res.archive
         labels = [f"frontier {k}" for k in range(len(states))]
     else:

@@ -31,7 +31,12 @@ def node_label(node: Node) -> int:
     shape = map_refs((node.args, node.kwargs), lambda r: ("$in", r.index))
     outs = tuple((t.shape, t.dtype, t.device, t.alias is not None) for t in node.outputs)
     f = node.fission
-    sub = (f.n, tuple(f.in_dims), tuple(map(tuple, f.out_combine)), graph_hash(f.graph)) if f else None
+    sub = None
+    if f is not None:
+        sub_hash = getattr(f, "_graph_hash", None)  # a spec's sub-graph does not change once built
+        if sub_hash is None:
+            sub_hash = f._graph_hash = graph_hash(f.graph)
+        sub = (f.n, tuple(f.in_dims), tuple(map(tuple, f.out_combine)), sub_hash)
     return _digest(repr((node.op, node.kind.value, outs, shape, sub)))
 
 
