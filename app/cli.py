@@ -6,6 +6,7 @@
     magis export FILE [--schedule NAME] -o script.py   runnable PyTorch script of a graph + schedule
     magis transform FILE --remat T:U --swap T:U -o OUT apply rules by hand, write the new graph
     magis verify SPEC [--schedule NAME] [--graph FILE] eager PyTorch vs exported script: errors and peaks
+    magis sweep W1,W2 --memory-limits 0.8,8GiB -o DIR  optimize workloads x limits x devices in parallel
     magis app [FILE] [--sample NAME] [--port N]        the web app (127.0.0.1 by default)
 
 Errors a user can cause print as one line on stderr (exit status 2), never a traceback.
@@ -28,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 import sample_graphs
-from core.fmt import format_bytes, parse_bytes, terminal_safe
+from core.fmt import format_bytes, terminal_safe
 from core.ir import io
 from core.ir.graph import GraphError
 
@@ -296,18 +297,16 @@ def cmd_optimize(a: argparse.Namespace) -> dict[str, Any]:
     """``magis optimize``: the M-Optimizer's search; progress on stderr, Ctrl-C keeps the best found."""
     import signal
 
-    from core.search.moptimizer import optimize
+    from core.search.moptimizer import optimize, parse_memory_limit, resolve_memory_limit
     from core.search.plan import save_plans
 
     g = load_graph(a.file)
     memory = None
     if a.memory_limit is not None:
         try:
-            memory = float(a.memory_limit)
-        except ValueError:
-            memory = float(parse_bytes(a.memory_limit))
-        if memory <= 0:
-            raise ValueError(f"--memory-limit {a.memory_limit!r}: must be positive")
+            memory = parse_memory_limit(a.memory_limit)
+        except ValueError as e:
+            raise ValueError(f"--memory-limit {e}") from None
     if a.latency_limit is not None and not a.latency_limit >= 1.0:
         raise ValueError(f"--latency-limit {a.latency_limit}: a factor of the imported latency, at least 1")
     if a.time_budget <= 0:
@@ -346,12 +345,114 @@ def cmd_optimize(a: argparse.Namespace) -> dict[str, Any]:
                   f"latency {r['latency_seconds'] * 1e3:.2f} ms ({r['latency_ratio']:.3f}x)  "
                   f"{r['applications']} rule applications  {r['label']}")
     if memory is not None:
-        limit = memory * base.peak if memory <= 1 else memory
+        limit = resolve_memory_limit(memory, base.peak)
         if pf.points[0].peak > limit:
             raise ValueError(f"no plan reaches the memory limit {format_bytes(limit)}: the best peak found is "
                              f"{format_bytes(pf.points[0].peak)} ({rows[0]['peak_ratio']:.3f}x); its plan is in "
                              f"{a.output}")
     return res
+
+
+def _split(values: list[str] | None) -> list[str]:
+    """Comma-separated lists, as one or more arguments: ``["a,b", "c"]`` -> ``["a", "b", "c"]``."""
+    return [x.strip() for v in values or [] for x in v.split(",") if x.strip()]
+
+
+def _sweep_cells(r: dict[str, Any]) -> list[str]:
+    """A sweep row as the table's cells (workload, device, limit, peak, ratio, latency, ratio,
+    reached, states, seconds)."""
+    head = [terminal_safe(r["workload"]), r["device"], terminal_safe(r["limit"])]
+    if r["error"]:
+        return [*head, "error", "", "", "", "", "", f"{r['seconds']:.1f}"]
+    reached = "-" if r["reached"] is None else "yes" if r["reached"] else "no"
+    if r["stopped"] == "cancelled":
+        reached += " (cancelled)"
+    return [*head, format_bytes(r["peak_bytes"]), f"{r['peak_ratio']:.3f}x", f"{r['latency_seconds'] * 1e3:.3f} ms",
+            f"{r['latency_ratio']:.3f}x", reached, str(r["states"]), f"{r['seconds']:.1f}"]
+
+
+SWEEP_COLUMNS = ["workload", "device", "limit", "peak", "x eager", "latency", "x eager", "reached", "states", "s"]
+
+
+def cmd_sweep(a: argparse.Namespace) -> dict[str, Any]:
+    """``magis sweep``: the M-Optimizer over workloads x memory limits x devices, each run in its own
+    process (or Ray task); one progress line per finished job on stderr, a table at the end; Ctrl-C
+    stops submitting and keeps the finished rows."""
+    import signal
+
+    from core.cost.devices import DEFAULT_DEVICE, get_device
+    from core.search.sweep import PARETO, LocalRunner, RayRunner, SweepError, parse_limit, run_sweep
+
+    from .specs import sweep_workload
+
+    texts = list(dict.fromkeys(_split(a.memory_limits) + ([PARETO] if a.pareto else [])))
+    if not texts:
+        raise ValueError("give --memory-limits, --pareto or both")
+    try:
+        limits = [parse_limit(t) for t in texts]
+    except SweepError as e:
+        raise ValueError(f"--memory-limits {e}") from None
+    try:
+        devices = [get_device(d).name for d in _split(a.devices or [DEFAULT_DEVICE])]
+    except ValueError as e:
+        raise ValueError(f"--devices: {e}") from None
+    if not devices:
+        raise ValueError("--devices: give at least one device")
+    if a.time_budget <= 0:
+        raise ValueError("--time-budget must be positive")
+    names = list(dict.fromkeys(_split(a.workloads)))
+    if not names:
+        raise ValueError("give at least one workload")
+    workloads = [sweep_workload(n) for n in names]
+    runner = RayRunner(a.ray) if a.ray is not None else LocalRunner(a.processes)
+    cancel = threading.Event()
+
+    def interrupt(*_: object) -> None:
+        if cancel.is_set():
+            raise KeyboardInterrupt
+        cancel.set()
+        print("stopping: no new jobs; the running ones keep their best so far (Ctrl-C again quits now)",
+              file=sys.stderr, flush=True)
+
+    def progress(r: dict[str, Any], done: int, total: int) -> None:
+        cells = _sweep_cells(r)
+        frontier = r["limit"] == PARETO
+        if r["error"]:
+            what = f"error: {error_line(r['error'])}"
+        else:
+            what = (f"{'frontier of ' + str(r['points']) + ' point(s), lowest peak' if frontier else 'peak'} "
+                    f"{cells[3]} ({cells[4]})  latency {cells[5]} ({cells[6]})  "
+                    f"{'' if frontier else 'reached ' + cells[7] + '  '}{r['states']} states")
+        print(f"[{done:>{len(str(total))}}/{total}] {cells[0]} {cells[1]} {cells[2]}: {what}  {r['seconds']:.1f} s",
+              file=sys.stderr, flush=True)
+
+    jobs = len(workloads) * len(devices) * len(limits)
+    print(f"sweeping {len(workloads)} workload(s) x {len(limits)} limit(s) x {len(devices)} device(s) = {jobs} "
+          f"job(s), {a.time_budget:g} s each, {runner.describe()} (Ctrl-C stops and keeps the finished rows)",
+          file=sys.stderr, flush=True)
+    old = signal.signal(signal.SIGINT, interrupt)
+    try:
+        res = run_sweep(workloads, limits, devices, a.output, time_budget=a.time_budget, runner=runner,
+                        progress=progress, cancel=cancel)
+    finally:
+        signal.signal(signal.SIGINT, old)
+    doc = res.to_dict()
+    if a.json:
+        print(json.dumps(doc, indent=1))
+    else:
+        table = [SWEEP_COLUMNS] + [_sweep_cells(r) for r in res.rows]
+        widths = [max(len(row[c]) for row in table) for c in range(len(SWEEP_COLUMNS))]
+        for row in table:
+            print("  ".join(cell.ljust(w) if c < 3 else cell.rjust(w)
+                            for c, (cell, w) in enumerate(zip(row, widths, strict=True))).rstrip())
+        print(f"wrote {res.path} ({len(res.rows)} of {res.jobs} jobs) and the plan files next to it")
+    if res.interrupted:
+        raise KeyboardInterrupt
+    if res.errors:
+        first = res.errors[0]
+        raise ValueError(f"{len(res.errors)} of {res.jobs} jobs failed ({first['workload']} {first['device']} "
+                         f"{first['limit']}: {first['error']}); the rows are in {res.path}")
+    return doc
 
 
 def cmd_app(a: argparse.Namespace) -> None:
@@ -442,6 +543,35 @@ def build_parser() -> argparse.ArgumentParser:
                    help="plan file to write (.json, or .json.gz to compress)")
     s.add_argument("--json", action="store_true", help="print the result as one JSON object")
     s.set_defaults(fn=cmd_optimize)
+
+    s = sub.add_parser("sweep", help="optimize many workloads x memory limits x devices in parallel",
+                       description="One `magis optimize` run per workload, memory limit and device, each in "
+                                   "its own process (or a task on a Ray cluster). Writes one plan file per job "
+                                   "(DIR/WORKLOAD.DEVICE.LIMIT.plan.json.gz) and DIR/sweep.json (the parameters "
+                                   "and a row per finished job); progress goes to stderr, a table to stdout. "
+                                   "Ctrl-C stops submitting jobs and keeps the finished rows.")
+    s.add_argument("workloads", nargs="+", metavar="WORKLOAD[,WORKLOAD...]",
+                   help="graph files or sample names (their committed graphs), comma-separated or as "
+                        "separate arguments")
+    s.add_argument("--memory-limits", action="append", metavar="LIMIT[,LIMIT...]",
+                   help="memory limits: a SIZE (8GiB, 512MiB) or a FRACTION (<= 1) of each graph's own eager "
+                        "peak, or `pareto` for a frontier run (repeatable)")
+    s.add_argument("--pareto", action="store_true", help="also a frontier run per workload and device")
+    s.add_argument("--devices", action="append", metavar="NAME[,NAME...]",
+                   help=f"device profiles for the latency estimate: {_names(DEVICES)} (default: {DEFAULT_DEVICE})")
+    s.add_argument("--time-budget", type=float, default=60.0, metavar="SECONDS",
+                   help="search time of each job (default: %(default)s)")
+    where = s.add_mutually_exclusive_group()
+    where.add_argument("--processes", type=int, default=None, metavar="N",
+                       help=f"jobs at a time on this machine (default: one per CPU, {os.cpu_count()} here)")
+    where.add_argument("--ray", default=None, metavar="ADDRESS",
+                       help="run the jobs on the Ray cluster at ADDRESS (auto, HOST:PORT or ray://HOST:10001; "
+                            "`local` starts a local instance); needs pip install 'magis-studio[ray]' here and "
+                            "magis-studio on the cluster")
+    s.add_argument("-o", "--output", required=True, type=Path, metavar="DIR",
+                   help="directory for the plan files and sweep.json")
+    s.add_argument("--json", action="store_true", help="print sweep.json's content instead of the table")
+    s.set_defaults(fn=cmd_sweep)
 
     s = sub.add_parser("ftree", help="the F-Tree of a graph: its fission candidates (MAGIS Algorithm 1)")
     s.add_argument("file", help="graph file or sample name")

@@ -24,6 +24,7 @@ from core.ir.graph import Graph, GraphError
 
 if TYPE_CHECKING:  # torch is imported only by the commands that build models
     from core.frontend.workload import Workload
+    from core.search.sweep import Workload as SweepWorkload
 
 
 class SpecError(ValueError):
@@ -144,4 +145,26 @@ def load_graph(spec: str) -> Graph:
     return io.load(spec)
 
 
-__all__ = ["SpecError", "build_workload", "capture_spec", "load_factory", "load_graph", "verify_spec"]
+def sweep_workload(spec: str) -> SweepWorkload:
+    """A graph spec as a workload of ``magis sweep``: a graph file, or a sample's committed graph
+    file (captured when there is none).  SpecError when it names neither, GraphError when the
+    file cannot be read."""
+    from core.search.sweep import Workload as SweepWorkload
+
+    if Path(spec).exists():
+        w = SweepWorkload.from_file(spec)
+    elif spec in sample_graphs.NAMES:
+        from sample_graphs.store import graph_path
+
+        p = graph_path(spec)
+        w = (SweepWorkload.from_file(p, name=spec) if p.exists()
+             else SweepWorkload(spec, io.dumps(load_graph(spec)), spec))
+    else:
+        raise SpecError(f"unknown workload {spec!r}: not a graph file nor a sample ({', '.join(sample_graphs.NAMES)})")
+    if w.error is not None:
+        raise GraphError(w.error)
+    return w
+
+
+__all__ = ["SpecError", "build_workload", "capture_spec", "load_factory", "load_graph", "sweep_workload",
+           "verify_spec"]

@@ -213,13 +213,16 @@ def graph_from_dict(d: Any, validate: bool = True) -> Graph:
     return g
 
 
+def dumps(g: Graph, compress: bool = False) -> bytes:
+    """The bytes of ``g``'s graph file: JSON, gzip'd when ``compress``."""
+    data = json.dumps(graph_to_dict(g), separators=(",", ":")).encode()
+    return gzip.compress(data, compresslevel=6, mtime=0) if compress else data
+
+
 def save(g: Graph, path: str | os.PathLike) -> Path:
     """Write ``g`` as JSON (gzip if the name ends in .gz), atomically: never a half-written file."""
     path = Path(path)
-    data = json.dumps(graph_to_dict(g), separators=(",", ":")).encode()
-    if path.suffix == ".gz":
-        data = gzip.compress(data, compresslevel=6, mtime=0)
-    return atomic_write(path, data)
+    return atomic_write(path, dumps(g, compress=path.suffix == ".gz"))
 
 
 def atomic_write(path: str | os.PathLike, data: bytes) -> Path:
@@ -325,16 +328,26 @@ def loads(data: bytes, validate: bool = True, limits: Limits = DEFAULT_LIMITS) -
         raise GraphError(f"malformed graph file: {type(e).__name__}: {e}") from None
 
 
-def load(path: str | os.PathLike, validate: bool = True, limits: Limits = DEFAULT_LIMITS) -> Graph:
-    """Read and check a graph file (``loads``); GraphError names the file and the problem."""
+def read_graph_bytes(path: str | os.PathLike, limits: Limits = DEFAULT_LIMITS) -> bytes:
+    """The bytes of graph file ``path``, unparsed (``loads`` checks them); GraphError names the file
+    when it is missing, not a regular file, too large or unreadable."""
     path = Path(path)
     try:
         if not path.is_file():
             raise GraphError("no such file" if not path.exists() else "not a regular file")
         if path.stat().st_size > limits.max_bytes:
             raise GraphError(f"larger than {limits.max_bytes // 2**20} MiB (the limit for a graph file)")
-        return loads(path.read_bytes(), validate=validate, limits=limits)
+        return path.read_bytes()
     except GraphError as e:
         raise GraphError(f"{path}: {e}") from None
     except OSError as e:
         raise GraphError(f"{path}: cannot read ({e.strerror or e})") from None
+
+
+def load(path: str | os.PathLike, validate: bool = True, limits: Limits = DEFAULT_LIMITS) -> Graph:
+    """Read and check a graph file (``loads``); GraphError names the file and the problem."""
+    data = read_graph_bytes(path, limits)
+    try:
+        return loads(data, validate=validate, limits=limits)
+    except GraphError as e:
+        raise GraphError(f"{path}: {e}") from None

@@ -24,6 +24,7 @@ best peak and latency, states generated / deduplicated / filtered): the converge
 from __future__ import annotations
 
 import heapq
+import math
 import threading
 import time
 from collections.abc import Callable
@@ -31,6 +32,7 @@ from dataclasses import dataclass, field
 
 from ..analysis.ftree import LEVELS, build_ftree
 from ..cost.model import AnalyticCost, CostModel
+from ..fmt import parse_bytes
 from ..ir.graph import Graph, GraphError
 from ..schedule import get_scheduler
 from ..simulate import simulate
@@ -310,8 +312,8 @@ def optimize(g: Graph, *, memory_limit: float | None = None, latency_limit: floa
         labels = [f"frontier {k}" for k in range(len(states))]
     else:
         mode, limit = ("memory", memory_limit) if memory_limit is not None else ("latency", latency_limit)
-        if mode == "memory" and limit <= 1:
-            limit = limit * m.root.peak
+        if mode == "memory":
+            limit = resolve_memory_limit(limit, m.root.peak)
         if mode == "latency":
             limit = limit * m.root.latency
         res = m.search(mode, limit, left, progress, cancel, start=start)
@@ -326,4 +328,21 @@ def optimize(g: Graph, *, memory_limit: float | None = None, latency_limit: floa
     return PlanFile(g.name, graph_hash(g), device, points, [r.to_dict() for r in res.records], meta)
 
 
-__all__ += ["optimize"]
+def parse_memory_limit(text: str) -> float:
+    """A memory limit as ``optimize`` takes it, from its text: a fraction of the imported peak ("0.5",
+    at most 1) or a size ("8GiB", "512MiB", "4096" bytes); ValueError saying what is accepted."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = float(parse_bytes(text))
+    if not (value > 0 and math.isfinite(value)):
+        raise ValueError(f"{text!r} is not a memory limit (a fraction of the peak up to 1, or a positive size)")
+    return value
+
+
+def resolve_memory_limit(limit: float, peak: float) -> float:
+    """The bytes of a memory limit: ``limit`` x ``peak`` for a fraction (<= 1), else ``limit`` itself."""
+    return limit * peak if limit <= 1 else limit
+
+
+__all__ += ["optimize", "parse_memory_limit", "resolve_memory_limit"]

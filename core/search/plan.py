@@ -122,13 +122,16 @@ class PlanFile:
                 "records": self.records}
 
 
+def plans_to_bytes(pf: PlanFile, compress: bool = False) -> bytes:
+    """The bytes of ``pf``'s plan file: JSON, gzip'd when ``compress``."""
+    data = json.dumps(pf.to_dict(), separators=(",", ":")).encode()
+    return gzip.compress(data, compresslevel=6, mtime=0) if compress else data
+
+
 def save_plans(pf: PlanFile, path: str | os.PathLike) -> Path:
     """Write ``pf`` atomically (gzip when the name ends in .gz)."""
     path = Path(path)
-    data = json.dumps(pf.to_dict(), separators=(",", ":")).encode()
-    if path.suffix == ".gz":
-        data = gzip.compress(data, compresslevel=6, mtime=0)
-    return atomic_write(path, data)
+    return atomic_write(path, plans_to_bytes(pf, compress=path.suffix == ".gz"))
 
 
 def load_plans(path: str | os.PathLike, g: Graph | None = None) -> PlanFile:
@@ -214,4 +217,4 @@ def _point(p: Any, k: int) -> Plan:
 
 
 __all__ = ["Plan", "PlanError", "PlanFile", "check_order", "load_plans", "plans_from_bytes", "plans_from_dict",
-           "replay", "save_plans"]
+           "plans_to_bytes", "replay", "save_plans"]
