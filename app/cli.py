@@ -639,7 +639,7 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         args.fn(args)
-    except (GraphError, ValueError, FileNotFoundError, PermissionError) as e:
+    except (GraphError, ValueError, OSError) as e:  # a missing, unreadable or unwritable path too
         print(f"magis: error: {error_line(e)}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

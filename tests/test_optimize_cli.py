@@ -40,6 +40,14 @@ def test_bad_optimize_requests_are_one_line(tmp_path, capsys, args, words):
     assert not any("Traceback" in line for line in err)
 
 
+def test_an_unwritable_plan_path_is_one_line(tmp_path, capsys):
+    (tmp_path / "f").write_text("")
+    assert main(["optimize", "fig2_skip", "--memory-limit", "0.9", "--time-budget", "1",
+                 "-o", str(tmp_path / "f" / "p.json")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1].startswith("magis: error:") and "File exists" in err[-1]
+
+
 def test_a_plan_of_another_graph_is_one_line(tmp_path, capsys):
     out = tmp_path / "p.json"
     assert main(["optimize", "bert_tiny", "--pareto", "--time-budget", "2", "-o", str(out)]) == 0
