@@ -1,13 +1,24 @@
-"""The M-Optimizer's memory/latency trade-off on the seven paper-size workloads (MAGIS section 7's
-headline numbers), against PyTorch's eager order of the same run, on one device profile.
+"""MAGIS and its peers on the seven paper-size workloads (MAGIS section 7's headline numbers): the
+memory/latency trade-off of every method against PyTorch's eager order of the same run, on one
+device profile, each method within a fixed time budget per workload.
 
-For each workload: ``optimize(..., pareto=True)`` within a fixed search budget (the greedy fission
-warm start included), and from its frontier the smallest peak (as a fraction of eager's) at <= 5% and
-<= 10% latency overhead, and the least overhead under 80% and 40% memory limits -- next to the
-paper's ranges.  The convergence (time to come within 1% of the final best peak) comes from the
-search records.  Peers (``core.search.peers``) are added to the same table where they are present.
+Methods: ``magis`` (``core.search.moptimizer.optimize(pareto=True)``, the greedy fission warm start
+included in its ``--time-budget``) and the peers of ``core.search.peers`` (``eager``, ``sqrt_n``,
+``dtr``, ``checkmate``, ``torch_mincut``), each within ``--peer-budget`` seconds (checked by the
+peer between its budget points; Checkmate gets ``--checkmate-time-limit`` per MILP, by default an
+equal share of the peer budget per budget point).  All run on the same graph and
+``AnalyticCost(device)``; every ratio is against the ``eager`` peer's plan of the same run.
 
-    python bench/pareto.py [--workloads bert_base,...] [--device rtx3090] [--time-budget 60]
+Per (workload, method): from all the method's points, the smallest peak (fraction of eager's) at
+<= 5% and <= 10% latency overhead, the least latency overhead under 80% and 40% memory limits
+("-": no point of the method meets it), the number of points, the method's seconds; for MAGIS the
+seconds until its best peak came within 1% of its final best (from its search records, since
+``optimize`` was called).  Failures (points a method did not produce, and why) are listed under the
+table.  Figures per workload (``bench/plots.py``): the Pareto figure of all methods and MAGIS's
+convergence, as PNG and HTML.
+
+    python bench/pareto.py [--workloads bert_base,...] [--methods magis,dtr,...] [--device rtx3090]
+                           [--time-budget 60] [--peer-budget 60] [--plots bench/results/pareto]
                            [--json bench/results/pareto.json]
 """
 
@@ -17,72 +28,345 @@ import argparse
 import json
 import sys
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
 
-from core.search.moptimizer import optimize  # noqa: E402
-from sample_graphs.store import load_sample_graph  # noqa: E402
+from core.cost.model import AnalyticCost  # noqa: E402
+from core.search.peers import PEERS  # noqa: E402
+from core.search.peers import checkmate as _checkmate  # noqa: E402
 
 PAPER = ["bert_base", "vit_base", "gpt_neo_1_3b", "btlm_3b", "resnet50", "unet", "unetpp"]
-PAPER_NUMBERS = "paper: <=10% overhead -> 15-60% of PyTorch's peak; <=5% -> 25-70%; 80%/40% limits -> <=5%/<=15% overhead"
+METHODS = ["magis", *PEERS]
+# MAGIS (ASPLOS'24) section 7, over its workloads: ranges of the four headline numbers
+PAPER_NUMBERS = {"peak_at_5pct": (0.25, 0.70), "peak_at_10pct": (0.15, 0.60),
+                 "overhead_at_80pct": (0.0, 0.05), "overhead_at_40pct": (0.0, 0.15)}
+PAPER_LINE = ("paper (MAGIS): peak at <=10% overhead 15-60% of PyTorch's; at <=5% 25-70%; "
+              "overhead under 80% / 40% limits <=5% / <=15%")
+# Checkmate's MILP is O(n^2) in variables, built in Python: bert_base's 1.5 M R/S variables (3.2 M in
+# all) took about a minute and 8.4 GB to formulate.  Larger problems are not attempted.
+CHECKMATE_MAX_VARS = 2_000_000
+CHECKMATE_BYTES_PER_VAR = 5.6e3
 
 
+@dataclass
+class MethodResult:
+    """What one method produced on one workload, as ratios against the run's eager plan."""
+
+    method: str
+    points: list[dict] = field(default_factory=list)  # label, peak, latency, peak_ratio, latency_ratio, stats
+    failures: list[tuple[str, str]] = field(default_factory=list)  # (point label, reason)
+    seconds: float = 0.0
+    extra: dict[str, Any] = field(default_factory=dict)  # magis: states, stopped, records, seconds_to_1pct
+
+
+# ---- the headline numbers -----------------------------------------------------------------------------
 def summarise(points: list[tuple[float, float]]) -> dict:
-    """(peak ratio, latency ratio) points -> the four headline numbers."""
-    def best_peak(over):
-        ok = [p for p, t in points if t <= 1 + over]
+    """(peak ratio, latency ratio) points -> the smallest peak ratio with latency ratio <= 1.05 and
+    <= 1.10, and the least latency overhead (ratio - 1; negative: faster than eager) with peak ratio
+    <= 0.8 and <= 0.4; None where no point qualifies."""
+
+    def best_peak(over: float) -> float | None:
+        ok = [p for p, t in points if t <= 1 + over + 1e-12]
         return min(ok) if ok else None
 
-    def best_over(limit):
-        ok = [t - 1 for p, t in points if p <= limit]
-        return max(0.0, min(ok)) if ok else None
+    def best_overhead(limit: float) -> float | None:
+        ok = [t - 1 for p, t in points if p <= limit + 1e-12]
+        return min(ok) if ok else None
 
     return {"peak_at_5pct": best_peak(0.05), "peak_at_10pct": best_peak(0.10),
-            "overhead_at_80pct": best_over(0.8), "overhead_at_40pct": best_over(0.4)}
+            "overhead_at_80pct": best_overhead(0.8), "overhead_at_40pct": best_overhead(0.4)}
 
 
-def run(name: str, device: str, budget: float) -> dict:
-    g = load_sample_graph(name)
+def seconds_to_within(records: list[dict], tol: float = 0.01, key: str = "best_peak",
+                      clock: str = "wall_seconds") -> float | None:
+    """The time (``clock`` of the first record) at which ``key`` first came within ``tol`` of its
+    final best (the smallest value over all records); None without records."""
+    if not records:
+        return None
+    final = min(r[key] for r in records)
+    return next(r[clock] for r in records if r[key] <= (1 + tol) * final)
+
+
+# ---- the methods --------------------------------------------------------------------------------------
+def _point(label: str, peak: int, latency: float, eager: dict, stats: dict | None = None) -> dict:
+    return {"label": label, "peak": int(peak), "latency": float(latency), "peak_ratio": peak / eager["peak"],
+            "latency_ratio": latency / eager["latency"], "stats": stats or {}}
+
+
+def run_magis(g, device: str, budget: float, eager: dict) -> MethodResult:
+    """``optimize(pareto=True)`` within ``budget`` s; its frontier points (not its eager point) and its
+    records, each with ``wall_seconds`` since ``optimize`` was called (warm start included)."""
+    from core.search.moptimizer import optimize
+
+    stamps: list[float] = []
     t0 = time.perf_counter()
-    pf = optimize(g, pareto=True, time_budget=budget, device=device)
+    pf = optimize(g, pareto=True, time_budget=budget, device=device,
+                  progress=lambda _r: stamps.append(time.perf_counter() - t0))
+    dt = time.perf_counter() - t0
+    records = [dict(r) for r in pf.records]
+    if len(stamps) == len(records):
+        for r, s in zip(records, stamps, strict=True):
+            r["wall_seconds"] = round(s, 4)
+    else:  # not expected: one progress call per record; the search's own clock then
+        for r in records:
+            r["wall_seconds"] = r["seconds"]
     base = pf.points[-1]
-    pts = [(p.peak / base.peak, p.latency / base.latency) for p in pf.points]
-    final = min(r["best_peak"] for r in pf.records) if pf.records else base.peak
-    within = next((r["seconds"] for r in pf.records if r["best_peak"] <= 1.01 * final), None)
-    row = {"workload": name, "nodes": len(g), "seconds": round(time.perf_counter() - t0, 1),
-           "states": pf.meta["states"], "frontier": [(round(a, 4), round(b, 4)) for a, b in pts],
-           "seconds_to_1pct": within, **summarise(pts)}
-    return row
+    points = [_point(p.label, p.peak, p.latency, eager, p.stats) for p in pf.points[:-1]]
+    extra = {"states": pf.meta.get("states"), "stopped": pf.meta.get("stopped"), "records": records,
+             "seconds_to_1pct": seconds_to_within(records),
+             "eager_matches": (base.peak, base.latency) == (eager["peak"], eager["latency"])}
+    return MethodResult("magis", points, [], dt, extra)
 
 
-def fmt(x, pct=False):
+def checkmate_size(g, cost) -> int:
+    """Checkmate's R and S variables for ``g`` (the MILP has about as many again for frees and memory)."""
+    p = _checkmate.problem(g, cost)
+    s = sum(p.need[(i, j)] - i for i in range(len(p.ids)) for j in range(len(p.outs[i])))
+    return s + sum(p.need_op[i] - i for i in p.cand)
+
+
+def run_peer(method: str, workload: str, g, cost, budget: float, eager: dict, *,
+             checkmate_time_limit: float | None = None, checkmate_max_vars: int = CHECKMATE_MAX_VARS,
+             progress=None) -> MethodResult:
+    """One peer within ``budget`` s.  A peer that raises, or cannot be run on this workload, gives a
+    failure row (label "all"), not an exception."""
+    say = progress or (lambda _m: None)
+    opts: dict[str, Any] = {}
+    t0 = time.perf_counter()
+    out = MethodResult(method)
+    try:
+        if method == "checkmate":
+            n = checkmate_size(g, cost)
+            out.extra["milp_rs_variables"] = n
+            if n > checkmate_max_vars:
+                out.failures.append(("all", (
+                    f"not attempted: {n / 1e6:.1f} M R/S variables (> {checkmate_max_vars / 1e6:g} M; about "
+                    f"{n * CHECKMATE_BYTES_PER_VAR / 1e9:.0f} GB to formulate)")))
+                out.seconds = time.perf_counter() - t0
+                return out
+            n_budgets = len(_checkmate.BUDGETS)
+            opts["time_limit"] = checkmate_time_limit or budget / n_budgets
+        if method == "torch_mincut":
+            import sample_graphs
+            from core.frontend.workload import build_fake
+
+            if workload not in sample_graphs.NAMES:
+                raise ValueError(f"{workload!r} is not a sample: torch_mincut needs its model to trace")
+            opts["workload"] = build_fake(lambda: sample_graphs.build(workload))  # fake tensors: nothing allocated
+            out.extra["build_seconds"] = round(time.perf_counter() - t0, 3)
+        left = round(max(0.0, budget - (time.perf_counter() - t0)), 1)
+        run = PEERS[method].run(g, cost, time_budget=left, progress=say, **opts)
+    except Exception as e:  # noqa: BLE001 -- a peer's crash is this workload's failure row
+        out.failures.append(("all", f"{type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''}"))
+        out.seconds = time.perf_counter() - t0
+        return out
+    out.points = [_point(p.label, p.peak, p.latency, eager, _small(p.stats)) for p in run.plans]
+    out.failures = [(f.label, f.reason) for f in run.failures]
+    out.seconds = time.perf_counter() - t0
+    return out
+
+
+def _small(stats: dict) -> dict:
+    """A plan's stats without long lists (JSON size)."""
+    return {k: v for k, v in stats.items() if not (isinstance(v, list | tuple) and len(v) > 20)}
+
+
+def run_workload(name: str, *, device: str = "rtx3090", methods: list[str] | None = None,
+                 time_budget: float = 60.0, peer_budget: float = 60.0, checkmate_time_limit: float | None = None,
+                 checkmate_max_vars: int = CHECKMATE_MAX_VARS, graph=None, progress=None) -> dict:
+    """Every method of ``methods`` on workload ``name`` (its committed graph, or ``graph``):
+    {"workload", "nodes", "eager": {"peak", "latency"}, "results": {method: MethodResult}}."""
+    from sample_graphs.store import load_sample_graph
+
+    say = progress or (lambda _m: None)
+    methods = methods or METHODS
+    g = graph if graph is not None else load_sample_graph(name)
+    cost = AnalyticCost(device)
+    base = PEERS["eager"].run(g, cost).plans[0]
+    eager = {"peak": int(base.peak), "latency": float(base.latency)}
+    results: dict[str, MethodResult] = {}
+    for m in methods:
+        say(f"{name}: {m} ...")
+        if m == "magis":
+            r = run_magis(g, device, time_budget, eager)
+        else:
+            r = run_peer(m, name, g, cost, peer_budget, eager, checkmate_time_limit=checkmate_time_limit,
+                         checkmate_max_vars=checkmate_max_vars, progress=lambda s, m=m: say(f"  {s}"))
+        results[m] = r
+        say(f"{name}: {m} done in {r.seconds:.1f} s, {len(r.points)} points, {len(r.failures)} failed")
+    return {"workload": name, "nodes": len(g), "eager": eager, "results": results}
+
+
+def rows_of(w: dict) -> list[dict]:
+    """One table row per method of a ``run_workload`` result."""
+    rows = []
+    for m, r in w["results"].items():
+        row = {"workload": w["workload"], "method": m,
+               **summarise([(p["peak_ratio"], p["latency_ratio"]) for p in r.points]),
+               "points": len(r.points), "failed": len(r.failures), "seconds": round(r.seconds, 2)}
+        if m == "magis":
+            recs = r.extra["records"]
+            row["seconds_to_1pct"] = r.extra["seconds_to_1pct"]
+            row["states"] = r.extra["states"]
+            row["records_final_peak"] = min(x["best_peak"] for x in recs) / w["eager"]["peak"] if recs else None
+            row["frontier_min_peak"] = min((p["peak_ratio"] for p in r.points), default=None)
+            row["eager_matches"] = r.extra["eager_matches"]
+        rows.append(row)
+    return rows
+
+
+# ---- output ----------------------------------------------------------------------------------------------
+def fmt(x: float | None, pct: bool = False) -> str:
     if x is None:
-        return "  -  "
-    return f"{100 * x:5.1f}%" if pct else f"{x:5.3f}x"
+        return "-"
+    return f"{100 * x:+.1f}%" if pct else f"{100 * x:.1f}%"
 
 
-def main() -> None:
+HEAD = (f"{'workload':<13} {'method':<13} {'peak@<=5%':>10} {'peak@<=10%':>10} {'ovh@80%':>8} {'ovh@40%':>8} "
+        f"{'points':>6} {'failed':>6} {'seconds':>8} {'to 1%':>7}")
+
+
+def format_row(r: dict) -> str:
+    to1 = "" if r.get("seconds_to_1pct") is None else f"{r['seconds_to_1pct']:.1f}s"
+    return (f"{r['workload']:<13} {r['method']:<13} {fmt(r['peak_at_5pct']):>10} {fmt(r['peak_at_10pct']):>10} "
+            f"{fmt(r['overhead_at_80pct'], True):>8} {fmt(r['overhead_at_40pct'], True):>8} "
+            f"{r['points']:>6} {r['failed']:>6} {r['seconds']:>8.1f} {to1:>7}")
+
+
+def format_table(rows: list[dict], failures: list[dict]) -> str:
+    lines = [HEAD, "-" * len(HEAD)]
+    prev = None
+    for r in rows:
+        if prev is not None and r["workload"] != prev:
+            lines.append("")
+        prev = r["workload"]
+        lines.append(format_row(r))
+    lines.append("")
+    lines.append(PAPER_LINE)
+    magis = [r for r in rows if r["method"] == "magis"]
+    if magis:
+        lines.append("MAGIS here: " + "; ".join(f"{k} {_range(magis, k)}" for k in PAPER_NUMBERS))
+        lines.append("'to 1%': seconds since optimize() was called until the search records' best peak came "
+                     "within 1% of their final best")
+    for r in magis:
+        if r.get("eager_matches") is False:
+            lines.append(f"  {r['workload']}: MAGIS's own eager point differs from the eager peer's (ratios use the peer's)")
+        rec, low = r.get("records_final_peak"), r.get("frontier_min_peak")
+        if rec is not None and low is not None and rec > 1.01 * low:
+            lines.append(f"  {r['workload']}: the records end at a best peak of {fmt(rec)}, the frontier reaches "
+                         f"{fmt(low)} (warm-start states and archived non-best states are not in the records)")
+    if failures:
+        lines.append("")
+        lines.append("failures (method, workload, point: reason):")
+        for f in failures:
+            lines.append(f"  {f['method']:<13} {f['workload']:<13} {f['label']}: {f['reason']}")
+    return "\n".join(lines)
+
+
+def _range(rows: list[dict], key: str) -> str:
+    vals = [r[key] for r in rows]
+    got = [v for v in vals if v is not None]
+    pct = key.startswith("overhead")
+    if not got:
+        return "-"
+    text = fmt(min(got), pct) if len(got) == 1 else f"{fmt(min(got), pct)}..{fmt(max(got), pct)}"
+    return text + (f" ({len(vals) - len(got)} without)" if len(got) < len(vals) else "")
+
+
+def to_json(w: dict) -> dict:
+    return {"workload": w["workload"], "nodes": w["nodes"], "eager": w["eager"],
+            "points": {m: r.points for m, r in w["results"].items()},
+            "seconds": {m: round(r.seconds, 3) for m, r in w["results"].items()},
+            "extra": {m: {k: v for k, v in r.extra.items() if k != "records"} for m, r in w["results"].items()},
+            "records": w["results"]["magis"].extra["records"] if "magis" in w["results"] else []}
+
+
+def plot_workload(out: Path, w: dict, subtitle: str = "") -> list[Path]:
+    """The figures of one workload, from its ``to_json`` form."""
+    from bench.plots import write_plots
+
+    points = dict(w["points"])
+    points.setdefault("eager", [{"label": "traced order", "peak_ratio": 1.0, "latency_ratio": 1.0}])
+    within = w["extra"].get("magis", {}).get("seconds_to_1pct")
+    return write_plots(out, w["workload"], points, w["records"], w["eager"], within, subtitle)
+
+
+def replot(path: Path, out: Path) -> None:
+    """Table and figures again from a JSON this script wrote (no method is run)."""
+    doc = json.loads(path.read_text())
+    print(_header(doc))
+    print(format_table(doc["rows"], doc["failures"]))
+    for w in doc["workloads"]:
+        for p in plot_workload(out, w, _subtitle(doc)):
+            print(f"wrote {p}")
+
+
+def _header(d: dict) -> str:
+    return (f"{d['device']}; MAGIS {d['time_budget']:g} s, each peer {d['peer_budget']:g} s per workload; "
+            f"ratios against PyTorch eager of the same run")
+
+
+def _subtitle(d: dict) -> str:
+    return f"{d['device']}; MAGIS {d['time_budget']:g} s, peers {d['peer_budget']:g} s each"
+
+
+def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--workloads", default=",".join(PAPER))
+    ap.add_argument("--methods", default=",".join(METHODS), help=f"of {','.join(METHODS)}")
     ap.add_argument("--device", default="rtx3090")
-    ap.add_argument("--time-budget", type=float, default=60.0, help="search seconds per workload")
+    ap.add_argument("--time-budget", type=float, default=60.0, help="MAGIS search seconds per workload")
+    ap.add_argument("--peer-budget", type=float, default=60.0, help="seconds per peer and workload")
+    ap.add_argument("--checkmate-time-limit", type=float, default=None,
+                    help="seconds per Checkmate MILP (default: the peer budget / its number of budget points)")
+    ap.add_argument("--checkmate-max-vars", type=int, default=CHECKMATE_MAX_VARS,
+                    help="larger Checkmate MILPs (R and S variables) are not attempted")
+    ap.add_argument("--plots", type=Path, default=ROOT / "bench" / "results" / "pareto")
+    ap.add_argument("--no-plots", action="store_true")
     ap.add_argument("--json", type=Path, default=None)
-    a = ap.parse_args()
-    rows = []
-    print(f"M-Optimizer, {a.time_budget:g} s per workload on {a.device}; ratios against eager of the same run")
-    print(f"{'workload':14s} {'peak@<=5%':>10s} {'peak@<=10%':>10s} {'ovh@80%':>8s} {'ovh@40%':>8s} "
-          f"{'states':>7s} {'to 1%':>6s}")
-    for name in a.workloads.split(","):
-        r = run(name, a.device, a.time_budget)
-        rows.append(r)
-        print(f"{name:14s} {fmt(r['peak_at_5pct']):>10s} {fmt(r['peak_at_10pct']):>10s} "
-              f"{fmt(r['overhead_at_80pct'], True):>8s} {fmt(r['overhead_at_40pct'], True):>8s} "
-              f"{r['states']:7d} {r['seconds_to_1pct'] or 0:5.1f}s", flush=True)
-    print(PAPER_NUMBERS)
+    ap.add_argument("--replot", type=Path, default=None, metavar="JSON",
+                    help="print the table and write the figures of an earlier --json, running nothing")
+    a = ap.parse_args(argv)
+    if a.replot:
+        replot(a.replot, a.plots)
+        return 0
+    methods = [m for m in a.methods.split(",") if m]
+    unknown = [m for m in methods if m not in METHODS]
+    if unknown:
+        ap.error(f"unknown method(s) {', '.join(unknown)}; known: {', '.join(METHODS)}")
+    conf = {"device": a.device, "time_budget": a.time_budget, "peer_budget": a.peer_budget,
+            "checkmate_time_limit": a.checkmate_time_limit, "checkmate_max_vars": a.checkmate_max_vars,
+            "methods": methods, "paper": PAPER_NUMBERS}
+    header = _header(conf)
+    print(header, flush=True)
+    rows, failures, workloads = [], [], []
+    for name in [w for w in a.workloads.split(",") if w]:
+        w = run_workload(name, device=a.device, methods=methods, time_budget=a.time_budget,
+                         peer_budget=a.peer_budget, checkmate_time_limit=a.checkmate_time_limit,
+                         checkmate_max_vars=a.checkmate_max_vars, progress=lambda s: print(s, flush=True))
+        workloads.append(w)
+        rows += rows_of(w)
+        failures += [{"workload": name, "method": m, "label": label, "reason": why}
+                     for m, r in w["results"].items() for label, why in r.failures]
+        if not a.no_plots:
+            for p in plot_workload(a.plots, to_json(w), _subtitle(conf)):
+                print(f"wrote {p}", flush=True)
+    print()
+    print(header)
+    print(format_table(rows, failures))
     if a.json:
-        a.json.write_text(json.dumps({"device": a.device, "time_budget": a.time_budget, "rows": rows}, indent=1))
+        a.json.parent.mkdir(parents=True, exist_ok=True)
+        doc = {**conf, "rows": rows, "failures": failures, "workloads": [to_json(w) for w in workloads]}
+        tmp = a.json.with_suffix(a.json.suffix + ".tmp")
+        tmp.write_text(json.dumps(doc, indent=1))
+        tmp.replace(a.json)
+        print(f"wrote {a.json}")
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())
