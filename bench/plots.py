@@ -108,7 +108,7 @@ def convergence_png(path: Path, workload: str, records: list[dict], eager: dict,
     ax1, ax2 = fig.subplots(2, 1, sharex=True)
     t, peak, lat, low, starts = _convergence(records, eager)
     ax1.plot(t, peak, drawstyle="steps-post", color=COLORS["magis"], lw=1.8, label="best state's peak")
-    ax1.plot(t, low, drawstyle="steps-post", color="0.35", lw=1.0, ls="--", label="lowest best peak so far")
+    ax1.plot(t, low, drawstyle="steps-post", color="0.35", lw=1.0, ls="--", label="frontier's lowest peak so far")
     if frontier_peak is not None:
         ax1.axhline(frontier_peak, color=COLORS["magis"], lw=1.0, ls="-.", alpha=0.7,
                     label=f"final frontier's lowest peak ({frontier_peak:.3f})")
@@ -134,15 +134,12 @@ def convergence_png(path: Path, workload: str, records: list[dict], eager: dict,
 
 
 def _convergence(records: list[dict], eager: dict):
-    """(times, best peak ratios, best latency ratios, running minimum of the peak ratios, start times
+    """(times, best peak ratios, best latency ratios, the frontier's lowest peak ratio so far, start times
     of the sweep's searches: a record whose iteration does not follow the previous one's)."""
     t = [r["wall_seconds"] for r in records]
     peak = [r["best_peak"] / eager["peak"] for r in records]
     lat = [r["best_latency"] / eager["latency"] for r in records]
-    low, m = [], float("inf")
-    for p in peak:
-        m = min(m, p)
-        low.append(m)
+    low = [r.get("frontier_peak", r["best_peak"]) / eager["peak"] for r in records]  # the archive's lowest peak
     starts = [r["wall_seconds"] for k, r in enumerate(records)
               if k == 0 or r["iteration"] <= records[k - 1]["iteration"]]
     return t, peak, lat, low, starts
@@ -195,7 +192,7 @@ def convergence_html(path: Path, workload: str, records: list[dict], eager: dict
     fig = make_subplots(rows=2, cols=1, shared_xaxes=True, vertical_spacing=0.08)
     fig.add_trace(go.Scatter(x=t, y=peak, name="best state's peak", line=dict(shape="hv", color=COLORS["magis"])),
                   row=1, col=1)
-    fig.add_trace(go.Scatter(x=t, y=low, name="lowest best peak so far",
+    fig.add_trace(go.Scatter(x=t, y=low, name="frontier's lowest peak so far",
                              line=dict(shape="hv", color="#555", dash="dash", width=1)), row=1, col=1)
     fig.add_trace(go.Scatter(x=t, y=lat, name="best state's latency", line=dict(shape="hv", color=COLORS["sqrt_n"])),
                   row=2, col=1)

@@ -60,11 +60,12 @@ class Record:
     generated: int
     deduplicated: int
     filtered: int  # refused applications and children worse than the relaxed best
+    frontier_peak: int = 0  # the lowest peak of the Pareto archive so far (warm start included)
 
     def to_dict(self) -> dict:
         return {"seconds": round(self.seconds, 4), "iteration": self.iteration, "best_peak": self.best_peak,
                 "best_latency": self.best_latency, "generated": self.generated,
-                "deduplicated": self.deduplicated, "filtered": self.filtered}
+                "deduplicated": self.deduplicated, "filtered": self.filtered, "frontier_peak": self.frontier_peak}
 
 
 @dataclass
@@ -248,7 +249,8 @@ class MOptimizer:
                     heapq.heappush(queue, (obj.key(child.peak, child.latency), tick, child))
                 else:
                     filtered += 1
-            rec = Record(time.perf_counter() - t0, it, best.peak, best.latency, generated, deduplicated, filtered)
+            rec = Record(time.perf_counter() - t0, it, best.peak, best.latency, generated, deduplicated, filtered,
+                         min(a.peak for a in self.archive))
             records.append(rec)
             if progress is not None:
                 progress(rec)
@@ -271,7 +273,7 @@ class MOptimizer:
             res = self.search("memory", f * self.root.peak, left / (len(fractions) - k), progress, cancel, start=best)
             offset = records[-1].seconds if records else 0.0
             records += [Record(r.seconds + offset, r.iteration, r.best_peak, r.best_latency, r.generated,
-                               r.deduplicated, r.filtered) for r in res.records]
+                               r.deduplicated, r.filtered, r.frontier_peak) for r in res.records]
             best = res.best
         stopped = res.stopped if res is not None else "cancelled"
         return SearchResult(best, self.root, records, self.frontier(), stopped, time.perf_counter() - t0)
