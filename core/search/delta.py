@@ -542,6 +542,13 @@ class DeltaEvaluator:
         nw = self.nw_root
         self.nw = [nw.get(v, nw.get(g.nodes[v].recompute_of or -1, NW_NEW)) for v in self.order]
 
+    @property
+    def journal(self) -> EditLog:
+        """The edits of the working state's own application (the last ``commit``)."""
+        if not self._stack:
+            raise ValueError("the working state is the root: no application")
+        return self._stack[-1][1]
+
     def back(self) -> None:
         """Return the working state to its parent."""
         s, log, old_window, affected, extra = self._stack.pop()

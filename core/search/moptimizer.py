@@ -293,12 +293,14 @@ __all__ = ["DELTA", "MOptimizer", "Objective", "Record", "SearchResult"]
 
 def optimize(g: Graph, *, memory_limit: float | None = None, latency_limit: float | None = None,
              pareto: bool = False, time_budget: float = 60.0, device: str = "rtx3090", warm: float = 0.3,
-             progress: Callable[[Record], None] | None = None, cancel: threading.Event | None = None):
+             progress: Callable[[Record], None] | None = None, cancel: threading.Event | None = None,
+             on_start: Callable[[MOptimizer], None] | None = None):
     """One run of the M-Optimizer as a plan file (``plan.PlanFile``): point 0 is the answer (the best
     state under the limit, or the frontier's points by peak for ``pareto``), then PyTorch's eager
     order as the baseline.  ``memory_limit``: bytes, or a fraction of the imported peak when <= 1;
     ``latency_limit``: a factor of the imported latency.  ``warm``: the share of the budget spent on
-    the warm start (greedy fission, then Remat steps: ``MOptimizer.warm_start``)."""
+    the warm start (greedy fission, then Remat steps: ``MOptimizer.warm_start``).  ``on_start`` gets
+the optimizer before the search starts (a caller that shows its archive while it grows)."""
     from .plan import PlanFile
     from .wl_hash import graph_hash
 
@@ -306,6 +308,8 @@ def optimize(g: Graph, *, memory_limit: float | None = None, latency_limit: floa
         raise ValueError("give exactly one of a memory limit, a latency limit or pareto")
     t0 = time.perf_counter()
     m = MOptimizer(g, AnalyticCost(device))
+    if on_start is not None:
+        on_start(m)
     start = m.warm_start(warm * time_budget) if warm > 0 else m.root
     left = max(0.0, time_budget - (time.perf_counter() - t0))
     if pareto:

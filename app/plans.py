@@ -1,0 +1,477 @@
+"""Server-side plans of the optimizer views: each graph's frontier, and per point everything the
+views draw (the plan's graph, its timed simulation, its hot-spots, the imported ops it transformed,
+and its rule applications step by step).
+
+A graph's frontier is a plan file (``core.search.plan``): a sample's precomputed one
+(``sample_graphs/plans``, ``make frontiers``), the result of an optimization run from the app, or a
+plan file the user uploads for it.  Its points are every method's (MAGIS's frontier, the peers',
+eager); the memory slider walks the *non-dominated* ones, peak ascending.  A point's view is built
+on a worker thread and cached, so a slider drag on a loaded frontier is a dictionary lookup.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import wait as wait_futures
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from core.analysis.lifetimes import Storage
+from core.cost import AnalyticCost
+from core.ir.graph import Graph, NodeKind
+from core.search.plan import Plan, PlanError, PlanFile, check_order, load_plans, plans_from_bytes, replay
+from core.simulate import SimResult, simulate
+from core.transform.registry import RULES, get_rule
+from core.transform.rule import Application
+
+log = logging.getLogger("magis.app")
+MAX_VIEWS = 48  # point views kept in memory (all graphs together)
+MARK_KINDS = ("fission", "remat", "swap")  # how a plan changed an imported op, as the graph marks it
+RULE_KIND = {"fission": "fission", "lift": "fission", "mutate": "fission", "disable": "fission",
+             "remat": "remat", "deremat": "remat", "swap": "swap", "deswap": "swap"}
+RULE_TEXT = {
+    "fission": "F-Trans: split a sub-graph into parts along a dimension (Enable)",
+    "lift": "F-Tree Lift: widen an enabled fission to its parent region",
+    "mutate": "F-Tree Mutate: change the number of parts",
+    "disable": "F-Tree Disable: undo a fission",
+    "remat": "Remat: a reader gets a recomputed copy of the tensor",
+    "deremat": "De-remat: merge a recomputed copy back",
+    "swap": "Swap: store the tensor to host memory, load it back before its reader",
+    "deswap": "De-swap: keep the tensor on the device again",
+}
+
+
+def sample_plan_path(name: str) -> Path:
+    from sample_graphs.frontiers import plan_path
+
+    return plan_path(name)
+
+
+# ---- what the views draw of one point ----------------------------------------------------------------
+@dataclass
+class PointView:
+    key: int  # index of the point in its plan file
+    plan: Plan
+    graph: Graph  # the imported graph with the plan's applications replayed
+    sim: SimResult  # timed simulation of the plan's schedule (compute and copy streams)
+    hot: list[Storage]  # tensors alive at the peak, largest first
+    hot_nodes: set[int]  # their producers (ids of the plan's graph)
+    marks: dict[int, str]  # imported op id -> "fission" | "remat" | "swap"
+    origin: dict[int, int]  # plan-graph node id -> the imported op it stands for (where there is one)
+    seconds: float = 0.0  # time to build
+
+    @property
+    def counts(self) -> dict[str, int]:
+        out = dict.fromkeys(MARK_KINDS, 0)
+        for k in self.marks.values():
+            out[k] += 1
+        return out
+
+    def copies(self) -> int:
+        return sum(1 for n in self.graph.nodes.values() if n.kind in (NodeKind.STORE, NodeKind.LOAD))
+
+
+@dataclass
+class Step:
+    """One rule application of a plan, replayed from the imported graph with incremental scheduling."""
+
+    index: int
+    app: Application
+    added: list[str]  # names of nodes the application added
+    removed: list[str]  # names of nodes it erased
+    rewired: list[str]  # names of nodes whose inputs it changed
+    lo: int  # the parent schedule's positions lo..hi were re-ordered ...
+    hi: int
+    window: int  # ... into this many steps (MAGIS Algorithm 2)
+    peak: tuple[int, int]  # before, after (bytes)
+    latency: tuple[float, float]  # before, after (seconds)
+    curve: tuple[np.ndarray, np.ndarray]  # memory per schedule step, before and after
+    marks: dict[int, str]  # imported ops this step changed
+
+    @property
+    def rule(self) -> str:
+        return self.app.rule
+
+
+def origins(imported: Graph, g: Graph) -> dict[int, int]:
+    """Plan-graph node -> the imported op it stands for: itself, a recomputed copy's original, a
+    copy's (STORE / LOAD) tensor's producer."""
+    out: dict[int, int] = {}
+    nodes = g.nodes
+
+    def root(nid: int) -> int | None:
+        seen = 0
+        while nid not in imported.nodes and seen < 64:
+            n = nodes.get(nid)
+            if n is None:
+                return None
+            if n.recompute_of is not None:
+                nid = n.recompute_of
+            elif n.kind in (NodeKind.STORE, NodeKind.LOAD) and n.inputs():
+                nid = n.inputs()[0].node
+            else:
+                return None
+            seen += 1
+        return nid if nid in imported.nodes else None
+
+    for nid in nodes:
+        r = root(nid)
+        if r is not None:
+            out[nid] = r
+    return out
+
+
+def plan_marks(imported: Graph, g: Graph, origin: dict[int, int]) -> dict[int, str]:
+    """Imported op -> how the plan changed it: taken into a fission node, recomputed, or swapped."""
+    marks: dict[int, str] = {}
+    for n in imported.ops():
+        if n.id not in g.nodes:
+            marks[n.id] = "fission"
+    for n in g.nodes.values():
+        if n.recompute_of is not None and n.id in origin:
+            marks.setdefault(origin[n.id], "remat")
+        elif n.kind == NodeKind.STORE and n.id in origin:
+            marks[origin[n.id]] = "swap"
+    return marks
+
+
+def build_view(imported: Graph, plan: Plan, key: int, device: str) -> PointView:
+    t0 = time.perf_counter()
+    g = replay(imported, plan.applications)
+    check_order(g, plan.order)
+    sim = simulate(g, plan.order, AnalyticCost(device), validate=False)
+    hot = sim.memory.hotspots()
+    origin = origins(imported, g)
+    return PointView(key, plan, g, sim, hot, {s.root.node for s in hot if s.alloc >= 0},
+                     plan_marks(imported, g, origin), origin, time.perf_counter() - t0)
+
+
+def build_steps(imported: Graph, plan: Plan, device: str, base_order: list[int],
+                cancel: threading.Event | None = None) -> list[Step]:
+    """The plan's applications one by one from the imported graph (its traced schedule): each as the
+    M-Optimizer evaluates it -- the window incremental scheduling re-ordered, the memory curve and the
+    latency before and after (``search.delta.DeltaEvaluator``)."""
+    from core.search.delta import DeltaEvaluator
+
+    ev = DeltaEvaluator(imported.copy(), base_order, AnalyticCost(device), rules=dict(RULES))
+    steps: list[Step] = []
+    for k, app in enumerate(plan.applications):
+        if cancel is not None and cancel.is_set():
+            break
+        before = ev.state
+        curve0 = ev.curve.copy()
+        names = {nid: n.name for nid, n in ev.g.nodes.items()}
+        child = ev.child_state(ev.evaluate(app))
+        ev.commit(child)
+        journal = ev.journal
+        added = journal.added()
+        erased = [e.nid for e in journal.edits if e.kind == "erase" and e.nid in names]
+        rewired = sorted(journal.touched() - set(added) - set(erased))
+        g = ev.g
+        origin = origins(imported, g)
+        marks: dict[int, str] = {}
+        kind = RULE_KIND.get(app.rule, app.rule)
+        for nid in erased:
+            if nid in imported.nodes and imported.nodes[nid].kind != NodeKind.PLACEHOLDER:
+                marks[nid] = kind
+        for nid in added:
+            if nid in origin:
+                marks.setdefault(origin[nid], kind)
+        steps.append(Step(k, app, [g.nodes[v].name for v in added if v in g.nodes],
+                          [names[v] for v in erased], [g.nodes[v].name for v in rewired if v in g.nodes],
+                          child.lo, child.hi, len(child.window), (before.peak, child.peak),
+                          (before.latency, child.latency), (curve0, ev.curve.copy()), marks))
+    return steps
+
+
+# ---- one graph's frontier ------------------------------------------------------------------------------
+@dataclass
+class Frontier:
+    gid: str
+    plans: PlanFile
+    source: str  # where it came from, for the page ("precomputed", "optimized here", "uploaded ...")
+    version: int = 0  # bumps when the points change (a finished optimization run)
+
+    @property
+    def points(self) -> list[Plan]:
+        return self.plans.points
+
+    @property
+    def device(self) -> str:
+        return self.plans.device
+
+    def baseline(self) -> int:
+        """The key of PyTorch's eager point (the last one by convention, else the largest peak)."""
+        eager = [k for k, p in enumerate(self.points) if p.method == "eager"]
+        if eager:
+            return eager[-1]
+        return max(range(len(self.points)), key=lambda k: (self.points[k].peak, -self.points[k].latency))
+
+    def slider(self) -> list[int]:
+        """Keys of the non-dominated points, peak ascending (the baseline included, last)."""
+        pts = self.points
+        order = sorted(range(len(pts)), key=lambda k: (pts[k].peak, pts[k].latency, pts[k].method != "magis"))
+        out, best_lat = [], float("inf")
+        for k in order:
+            if pts[k].latency < best_lat - 1e-15:
+                out.append(k)
+                best_lat = pts[k].latency
+        base = self.baseline()
+        if base not in out:
+            out.append(base)
+        return out
+
+
+# ---- background jobs ---------------------------------------------------------------------------------
+@dataclass
+class Job:
+    """An optimization (or verification) run in the background; the page polls it."""
+
+    kind: str  # "optimize" | "verify"
+    gid: str
+    started: float = field(default_factory=time.time)
+    cancel: threading.Event = field(default_factory=threading.Event)
+    progress: dict[str, Any] = field(default_factory=dict)
+    frontier: list[tuple[int, float]] = field(default_factory=list)  # (peak, latency) so far
+    done: bool = False
+    error: str | None = None
+    result: Any = None
+
+    def status(self) -> dict[str, Any]:
+        return {"kind": self.kind, "gid": self.gid, "seconds": round(time.time() - self.started, 1),
+                "done": self.done, "error": self.error, "cancelled": self.cancel.is_set(), **self.progress}
+
+
+class PlanStore:
+    """Frontiers, point views, rule steps and background jobs, keyed by graph id.  ``entry`` is
+    ``AppState.entry`` (the loaded graph of an id)."""
+
+    def __init__(self, entry: Callable[[str], Any], workers: int = 1) -> None:
+        self._entry = entry
+        self._lock = threading.RLock()
+        self._frontiers: dict[str, Frontier] = {}
+        self._views: OrderedDict[tuple, Future] = OrderedDict()
+        self._steps: OrderedDict[tuple, Future] = OrderedDict()
+        self._jobs: dict[tuple[str, str], Job] = {}
+        self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="magis-plans")
+
+    # ---- frontiers ---------------------------------------------------------------------------------
+    def frontier(self, gid: str) -> Frontier:
+        """The frontier of ``gid``: the latest set (optimization run, upload), else a sample's
+        precomputed file, else the eager point alone."""
+        with self._lock:
+            f = self._frontiers.get(gid)
+            if f is not None:
+                return f
+        g = self._entry(gid).graph
+        f = self._precomputed(gid, g) or self._eager_only(gid, g)
+        with self._lock:
+            return self._frontiers.setdefault(gid, f)
+
+    def _precomputed(self, gid: str, g: Graph) -> Frontier | None:
+        kind, _, name = gid.partition(":")
+        if kind != "sample":
+            return None
+        path = sample_plan_path(name)
+        if not path.exists():
+            return None
+        try:
+            pf = load_plans(path, g)
+        except PlanError as e:  # a stale file (the graph was regenerated): say so, keep working
+            log.warning("ignoring %s: %s", path, e)
+            return None
+        return Frontier(gid, pf, f"precomputed ({path.name}, {pf.device} profile)")
+
+    def _eager_only(self, gid: str, g: Graph) -> Frontier:
+        from core.search.peers import PEERS
+        from core.search.wl_hash import graph_hash
+
+        from .state import DEFAULT_DEVICE
+
+        run = PEERS["eager"].run(g, AnalyticCost(DEFAULT_DEVICE))
+        pf = PlanFile(g.name, graph_hash(g), DEFAULT_DEVICE, list(run.plans))
+        return Frontier(gid, pf, "not optimized yet")
+
+    def set_frontier(self, gid: str, pf: PlanFile, source: str) -> Frontier:
+        """Make ``pf`` (checked against the graph) the frontier of ``gid``; PlanError if it is not
+        for this graph."""
+        g = self._entry(gid).graph
+        pf.check_graph(g)
+        if not pf.points:
+            raise PlanError("the plan file has no points")
+        with self._lock:
+            old = self._frontiers.get(gid)
+            f = Frontier(gid, pf, source, (old.version + 1) if old else 1)
+            self._frontiers[gid] = f
+            for cache in (self._views, self._steps):
+                for k in [k for k in cache if k[0] == gid]:
+                    del cache[k]
+        return f
+
+    def load_upload(self, gid: str, data: bytes, filename: str) -> Frontier:
+        pf = plans_from_bytes(data)
+        return self.set_frontier(gid, pf, f"uploaded ({filename})")
+
+    # ---- point views -------------------------------------------------------------------------------
+    def _future(self, cache: OrderedDict, key: tuple, fn: Callable[[], Any]) -> Future:
+        with self._lock:
+            fut = cache.get(key)
+            if fut is None or fut.cancelled():
+                fut = cache[key] = self._pool.submit(fn)
+            cache.move_to_end(key)
+            while len(cache) > MAX_VIEWS:
+                cache.popitem(last=False)
+            return fut
+
+    @staticmethod
+    def _result(fut: Future, wait: float | None):
+        if wait is None or wait > 0:
+            wait_futures([fut], timeout=wait)
+        if not fut.done():
+            return None
+        exc = fut.exception()
+        if exc is not None:
+            from .state import AppError
+
+            raise AppError(f"{type(exc).__name__}: {exc}") if not isinstance(exc, PlanError) else exc
+        return fut.result()
+
+    def view(self, gid: str, k: int, wait: float | None = None) -> PointView | None:
+        """Point ``k`` of ``gid``'s frontier as the views draw it (None while it is being built)."""
+        f = self.frontier(gid)
+        plan = f.plans.point(k)
+        imported = self._entry(gid).graph
+        fut = self._future(self._views, (gid, f.version, k), lambda: build_view(imported, plan, k, f.device))
+        return self._result(fut, wait)
+
+    def prefetch(self, gid: str) -> None:
+        """Build the views of the slider's points in the background (the slider then only looks up)."""
+        f = self.frontier(gid)
+        for k in f.slider():
+            self.view(gid, k, wait=0)
+
+    def steps(self, gid: str, k: int, wait: float | None = None) -> list[Step] | None:
+        f = self.frontier(gid)
+        plan = f.plans.point(k)
+        imported = self._entry(gid).graph
+        base = f.points[f.baseline()].order
+        fut = self._future(self._steps, (gid, f.version, k), lambda: build_steps(imported, plan, f.device, base))
+        return self._result(fut, wait)
+
+    # ---- jobs --------------------------------------------------------------------------------------
+    def job(self, gid: str, kind: str = "optimize") -> Job | None:
+        with self._lock:
+            return self._jobs.get((gid, kind))
+
+    def start_optimize(self, gid: str, time_budget: float, device: str) -> Job:
+        """Run ``optimize(pareto=True)`` on ``gid`` in a thread; its result becomes the frontier
+        (the peers' points of the current frontier are kept beside it)."""
+        with self._lock:
+            old = self._jobs.get((gid, "optimize"))
+            if old is not None and not old.done:
+                return old
+            job = self._jobs[(gid, "optimize")] = Job("optimize", gid)
+        g = self._entry(gid).graph
+
+        def run() -> None:
+            from core.search import moptimizer
+
+            try:
+                def progress(r) -> None:
+                    job.progress = {"iteration": r.iteration, "best_peak": r.best_peak,
+                                    "best_latency": r.best_latency, "states": r.generated,
+                                    "frontier_peak": r.frontier_peak, "search_seconds": round(r.seconds, 1)}
+                    m = job.result
+                    if m is not None:
+                        job.frontier = [(s.peak, s.latency) for s in m.frontier()]
+
+                pf = moptimizer.optimize(g, pareto=True, time_budget=time_budget, device=device,
+                                         progress=progress, cancel=job.cancel,
+                                         on_start=lambda m: setattr(job, "result", m))
+                old_f = self.frontier(gid)
+                peers = [p for p in old_f.points if p.method not in ("magis", "eager")
+                         and old_f.device == device]
+                pf.points = [*pf.points[:-1], *peers, pf.points[-1]]
+                why = "cancelled, best kept" if job.cancel.is_set() else pf.meta.get("stopped", "")
+                self.set_frontier(gid, pf, f"optimized here ({time_budget:g} s budget, {device}; {why})")
+                job.frontier = [(p.peak, p.latency) for p in pf.points if p.method == "magis"]
+                job.progress["points"] = sum(p.method == "magis" for p in pf.points)
+                self.prefetch(gid)
+            except Exception as e:  # noqa: BLE001 -- the page shows it; the server keeps running
+                log.exception("optimization of %s failed", gid)
+                job.error = f"{type(e).__name__}: {e}"
+            finally:
+                job.result = None
+                job.done = True
+
+        threading.Thread(target=run, name="magis-optimize", daemon=True).start()
+        return job
+
+    def start_verify(self, gid: str, spec: str, plan_bytes: bytes, point: int, timeout: float = 300.0) -> Job:
+        """``magis verify SPEC --plan ... --point K`` in a subprocess (eager PyTorch vs the plan's
+        exported script); its JSON report is the job's result."""
+        import json
+        import subprocess
+        import sys
+        import tempfile
+
+        with self._lock:
+            old = self._jobs.get((gid, "verify"))
+            if old is not None and not old.done:
+                return old
+            job = self._jobs[(gid, "verify")] = Job("verify", gid)
+        job.progress = {"point": point}
+
+        def run() -> None:
+            try:
+                with tempfile.TemporaryDirectory(prefix="magis-verify-") as d:
+                    path = Path(d) / "plan.json"
+                    path.write_bytes(plan_bytes)
+                    cmd = [sys.executable, "-m", "app.cli", "verify", spec, "--plan", str(path),
+                           "--point", str(point)]
+                    root = Path(__file__).resolve().parents[1]
+                    p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=root)
+                if p.returncode != 0:
+                    last = (p.stderr or p.stdout).strip().splitlines()
+                    job.error = last[-1] if last else f"exit status {p.returncode}"
+                else:
+                    job.result = json.loads(p.stdout)
+            except subprocess.TimeoutExpired:
+                job.error = f"verification did not finish in {timeout:g} s"
+            except Exception as e:  # noqa: BLE001
+                job.error = f"{type(e).__name__}: {e}"
+            finally:
+                job.done = True
+
+        threading.Thread(target=run, name="magis-verify", daemon=True).start()
+        return job
+
+    def cancel(self, gid: str) -> None:
+        with self._lock:
+            for (g, _k), job in self._jobs.items():
+                if g == gid:
+                    job.cancel.set()
+
+    def forget(self, gid: str) -> None:
+        """Drop everything of ``gid`` (the graph left the cache)."""
+        self.cancel(gid)
+        with self._lock:
+            self._frontiers.pop(gid, None)
+            for cache in (self._views, self._steps):
+                for k in [k for k in cache if k[0] == gid]:
+                    del cache[k]
+
+    def shutdown(self) -> None:
+        self._pool.shutdown(wait=False, cancel_futures=True)
+
+
+__all__ = ["Frontier", "Job", "PlanStore", "PointView", "Step", "build_steps", "build_view", "get_rule",
+           "origins", "plan_marks"]
