@@ -282,6 +282,10 @@ def first_render(state: AppState, gid: str, device: str = DEFAULT_DEVICE, sched:
 
 
 def register(app: Dash, state: AppState) -> None:
+    from . import export_view, ftree_view, optimizer_view, steps_view, swaps_view
+
+    for view in (optimizer_view, steps_view, swaps_view, export_view, ftree_view):
+        view.register(app, state, guarded, show_message)
     # ---- model picker & upload --------------------------------------------------------------------
     @app.callback(Output("model", "options"), Output("model", "value"), Output("upload", "contents"),
                   Input("upload", "contents"), State("upload", "filename"), prevent_initial_call=True)

@@ -272,6 +272,15 @@ def stylesheet(dom: bool = False) -> list[dict]:
             "width": 110, "height": 26, "text-valign": "center", "font-size": 8, "color": "#6b7280"}},
         {"selector": "node.entry", "style": {"shape": "diamond", "width": 18, "height": 18}},
         {"selector": "node.hot", "style": {"border-color": "#dc2626", "border-width": 3}},
+        # what the selected plan did to an op (or to an op inside a collapsed group)
+        {"selector": "node.mk-fission", "style": {"shape": "hexagon", "outline-color": "#7c3aed",
+                                                  "outline-width": 3, "outline-offset": 1}},
+        {"selector": "node.mk-remat", "style": {"outline-color": "#059669", "outline-width": 3,
+                                                "outline-offset": 1}},
+        {"selector": "node.mk-swap", "style": {"outline-color": "#d97706", "outline-width": 3,
+                                               "outline-offset": 1, "outline-style": "dashed"}},
+        {"selector": "node.ft-sel", "style": {"underlay-color": "#7c3aed", "underlay-opacity": 0.35,
+                                              "underlay-padding": 6}},
         {"selector": "node.live", "style": {
             "border-color": "#2563eb", "border-width": 4, "border-style": "double",
             "underlay-color": "#60a5fa", "underlay-opacity": 0.45, "underlay-padding": 5}},

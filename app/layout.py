@@ -1,7 +1,7 @@
 """The page: a header with the model / upload / device pickers, summary cards, and a tab bar whose
-tabs are the workspace panels.  The first release has one tab, "Memory analysis" (graph, dominator
-tree, node details, memory over time, hot-spots); later panels (F-Tree, Pareto sweep, rule stepping,
-export) are added as further entries of ``workspace_tabs``."""
+tabs are the workspace panels: "Memory analysis" (graph, dominator tree or F-Tree, node details, memory over time, hot-spots); the plan bar (a memory slider along the
+frontier) sits above the tabs, and the optimizer's tabs (Pareto frontier, rule steps, swaps, export)
+show the plan it selects."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ from dash.dash_table.Format import Format
 
 from core.cost import DEFAULT_DEVICE, DEVICES
 
+from . import optimizer_view
 from .cyto import DOM_LAYOUT, LAYOUT, stylesheet
 from .figures import HOTSPOT_COLUMNS
 from .panels import details_hint
@@ -160,8 +161,12 @@ def analysis_tab(schedules: list[str], init: dict) -> html.Div:
 
 
 def workspace_tabs(schedules: list[str], init: dict) -> list[dcc.Tab]:
-    """The workspace panels, one tab each."""
-    return [dcc.Tab(analysis_tab(schedules, init), label="Memory analysis", value="analysis")]
+    """The workspace panels, one tab each: the memory analysis of the imported graph, then the
+    optimizer's views of the plan selected in the plan bar."""
+    from . import export_view, optimizer_view, steps_view, swaps_view
+
+    return [dcc.Tab(analysis_tab(schedules, init), label="Memory analysis", value="analysis"),
+            optimizer_view.pareto_tab(), steps_view.tab(), swaps_view.tab(), export_view.tab()]
 
 
 def build_layout(state: AppState, initial: str, init: dict | None = None) -> html.Div:
@@ -173,6 +178,8 @@ def build_layout(state: AppState, initial: str, init: dict | None = None) -> htm
         header(state, initial),
         html.Div(init.get("messages"), id="messages", className="messages"),
         dcc.Loading(html.Div(init.get("summary"), id="summary", className="cards"), type="dot", delay_show=400),
+        optimizer_view.plan_bar(),
+        dcc.Store(id="frontier-version"),  # {gid, version}: bumped when a graph's frontier changes
         dcc.Tabs(workspace_tabs(schedules, init), id="tabs", value="analysis", className="tabs"),
         dcc.Store(id="view", data=init.get("view")),  # {"gid", "expanded": [paths]}
         dcc.Store(id="selected"),  # {"gid", "nid"}

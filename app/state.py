@@ -219,6 +219,9 @@ class AppState:
         self._bg = ThreadPoolExecutor(max_workers=1, thread_name_prefix="magis-prefetch")
         self._tok = 0
         self.loaders: dict[str, Callable[[], Graph]] = {}
+        from .plans import PlanStore
+
+        self.plans = PlanStore(self.entry)  # frontiers, plan views, optimization and verification jobs
 
     # ---- locking --------------------------------------------------------------------------------
     def _key_lock(self, key: object) -> threading.Lock:
@@ -292,6 +295,7 @@ class AppState:
 
     def _evict(self, gid: str) -> None:
         self.cancel(gid)  # its running searches stop now, not at their time budget
+        self.plans.forget(gid)
         self._graphs.pop(gid, None)
         for key in [k for k in self._analyses if k[0] == gid]:
             del self._analyses[key]
@@ -458,6 +462,7 @@ class AppState:
         return self._bg.submit(a.hover, g, max_points)
 
     def shutdown(self) -> None:
+        self.plans.shutdown()
         self._pool.shutdown(wait=False, cancel_futures=True)
         self._upload_pool.shutdown(wait=False, cancel_futures=True)
         self._bg.shutdown(wait=False, cancel_futures=True)

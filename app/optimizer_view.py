@@ -1,0 +1,441 @@
+"""The optimizer in the page: the plan bar (a memory slider along the frontier, above every tab),
+the "Pareto frontier" tab (every method's points, the optimizer run with progress and cancel, the
+selected plan's memory over time and hot-spots) and the marks the selected plan puts on the
+computation graph.
+
+The selected point lives in the ``plan`` store ({gid, version, key}); the slider writes it in the
+browser (``SLIDER_TO_PLAN``), a click on a point of the Pareto figure too.  Every plan view reads it.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from dash import Dash, Input, Output, State, ctx, dcc, html, no_update
+from dash.exceptions import PreventUpdate
+
+from core.cost import DEVICES
+from core.fmt import format_bytes
+from core.search.plan import PlanError
+
+from . import figures
+from .panels import _card
+from .plans import Frontier, PointView
+from .state import AppError, AppState
+
+log = logging.getLogger("magis.app")
+METHOD_STYLE = {  # method -> (label, colour, marker symbol)
+    "magis": ("MAGIS", "#7c3aed", "circle"),
+    "eager": ("PyTorch eager", "#111827", "x"),
+    "sqrt_n": ("sqrt(n) checkpointing", "#0ea5e9", "square"),
+    "dtr": ("DTR", "#f97316", "diamond"),
+    "torch_mincut": ("torch min-cut", "#16a34a", "triangle-up"),
+    "checkmate": ("Checkmate", "#dc2626", "star"),
+}
+OPT_BUDGETS = [10, 30, 60, 120]
+VIEW_WAIT = 5.0  # seconds a callback waits for a point's view before saying it is being built
+
+
+# ---- pure builders ---------------------------------------------------------------------------------
+def slider_of(f: Frontier) -> dict:
+    """Slider props and the position -> point table: positions are the peaks as a fraction of eager's."""
+    base = f.points[f.baseline()]
+    keys = f.slider()
+    pos = [round(f.points[k].peak / base.peak, 6) if base.peak else 1.0 for k in keys]
+    marks = {}
+    last = None
+    for p, k in zip(pos, keys, strict=True):
+        if last is None or abs(p - last) > 0.045:  # labels that do not overlap
+            marks[p] = {"label": f"{p:.2f}x"}
+            last = p
+        else:
+            marks[p] = {"label": ""}
+    return {"gid": f.gid, "version": f.version, "positions": pos, "keys": keys,
+            "min": min(pos + [0.0]), "max": max(pos + [1.0]), "marks": marks, "default": pos[0]}
+
+
+def pareto_figure(f: Frontier, selected: int | None, running: list[tuple[int, float]] | None = None) -> dict:
+    """Peak (x) against latency (y) of every point, one trace per method, the slider's frontier as a
+    step line; each marker's customdata is its point key (a click selects it)."""
+    pts = f.points
+    base = pts[f.baseline()]
+    data = []
+    front = sorted(f.slider(), key=lambda k: pts[k].peak)
+    data.append({"type": "scatter", "mode": "lines", "name": "frontier (slider)", "hoverinfo": "skip",
+                 "x": [pts[k].peak for k in front], "y": [pts[k].latency * 1e3 for k in front],
+                 "line": {"shape": "hv", "color": "#c4b5fd", "width": 2}})
+    for method, (label, colour, symbol) in METHOD_STYLE.items():
+        ks = [k for k, p in enumerate(pts) if p.method == method]
+        if not ks:
+            continue
+        data.append({
+            "type": "scatter", "mode": "markers", "name": label, "customdata": ks,
+            "x": [pts[k].peak for k in ks], "y": [pts[k].latency * 1e3 for k in ks],
+            "text": [_hover(pts[k], base) for k in ks], "hovertemplate": "%{text}<extra></extra>",
+            "marker": {"color": colour, "symbol": symbol, "size": 10 if method == "magis" else 8,
+                       "line": {"width": 1, "color": "white"}}})
+    others = [p.method for p in pts if p.method not in METHOD_STYLE]
+    for method in sorted(set(others)):
+        ks = [k for k, p in enumerate(pts) if p.method == method]
+        data.append({"type": "scatter", "mode": "markers", "name": method, "customdata": ks,
+                     "x": [pts[k].peak for k in ks], "y": [pts[k].latency * 1e3 for k in ks],
+                     "text": [_hover(pts[k], base) for k in ks], "hovertemplate": "%{text}<extra></extra>"})
+    if running:
+        run = sorted(running)
+        data.append({"type": "scatter", "mode": "lines+markers", "name": "search so far", "hoverinfo": "skip",
+                     "x": [p for p, _ in run], "y": [t * 1e3 for _, t in run],
+                     "line": {"shape": "hv", "color": "#a855f7", "dash": "dot"},
+                     "marker": {"size": 6, "color": "#a855f7"}})
+    if selected is not None and 0 <= selected < len(pts):
+        p = pts[selected]
+        data.append({"type": "scatter", "mode": "markers", "name": "selected", "hoverinfo": "skip",
+                     "x": [p.peak], "y": [p.latency * 1e3], "showlegend": False,
+                     "marker": {"size": 20, "color": "rgba(0,0,0,0)", "line": {"width": 3, "color": "#111827"}}})
+    xs = [p.peak for p in pts] + [q for q, _ in running or []]
+    top = max(xs) * 1.08 if xs else 1
+    tickvals, ticktext = figures.binary_ticks(top)
+    layout = {"template": "plotly_white", "margin": {"l": 60, "r": 10, "t": 30, "b": 45}, "hovermode": "closest",
+              "xaxis": {"title": {"text": "simulated peak memory"}, "range": [0, top], "tickvals": tickvals,
+                        "ticktext": ticktext},
+              "yaxis": {"title": {"text": f"simulated latency (ms, {f.device})"}},
+              "legend": {"orientation": "h", "y": -0.2, "font": {"size": 11}}, "uirevision": f"{f.gid}",
+              "shapes": [{"type": "line", "xref": "x", "yref": "paper", "x0": base.peak, "x1": base.peak,
+                          "y0": 0, "y1": 1, "line": {"dash": "dot", "color": "#9ca3af", "width": 1}}]}
+    return {"data": data, "layout": layout}
+
+
+def _hover(p, base) -> str:
+    return (f"{METHOD_STYLE.get(p.method, (p.method,))[0]} {p.label}<br>peak {format_bytes(p.peak)} "
+            f"({p.peak / base.peak:.3f}x)<br>latency {figures.fmt_seconds(p.latency)} "
+            f"({(p.latency / base.latency - 1) * 100:+.1f}%)<br>{len(p.applications)} rule applications")
+
+
+def plan_cards(f: Frontier, v: PointView, device: str) -> list:
+    base = f.points[f.baseline()]
+    p = v.plan
+    c = v.counts
+    name = METHOD_STYLE.get(p.method, (p.method,))[0]
+    cap = DEVICES[device].memory_bytes if device in DEVICES else None
+    fits = "" if cap is None else ("fits" if v.sim.peak <= cap else "does not fit") + f" on {device}"
+    return [
+        _card("plan", f"{name}", p.label or f"point {v.key}", kind="model", id_="plan-method"),
+        _card("plan peak", format_bytes(v.sim.peak), f"{v.sim.peak / base.peak:.3f}x eager · {fits}",
+              id_="plan-peak", kind="peak"),
+        _card("plan latency", figures.fmt_seconds(v.sim.latency),
+              f"{(v.sim.latency / base.latency - 1) * 100:+.1f}% vs eager", id_="plan-latency"),
+        _card("transformations", f"{len(p.applications)} steps",
+              f"{c['fission']} ops in fission regions · {c['remat']} recomputed · {c['swap']} swapped",
+              id_="plan-counts"),
+    ]
+
+
+def plan_memory_figure(base_sim, v: PointView, xmode: str, device: str) -> dict:
+    """The plan's memory over time (stacked by kind) with PyTorch's eager curve as a line."""
+    main = figures.Curve(f"plan {v.key}", v.sim.memory, v.sim.start, v.sim.latency)
+    base = figures.Curve("eager", base_sim.memory, base_sim.start, base_sim.latency)
+    cap = DEVICES[device].memory_bytes if device in DEVICES else None
+    fig = figures.memory_figure(v.graph, [main, base], xmode, capacity=cap)
+    fig["layout"]["uirevision"] = "plan-memory"
+    return fig
+
+
+def marks_of(v: PointView, gid: str, version: int) -> dict:
+    return {"gid": gid, "version": version, "key": v.key, "marks": {str(k): m for k, m in v.marks.items()}}
+
+
+def job_line(st: dict) -> str:
+    if not st:
+        return ""
+    if st.get("error"):
+        return f"optimization failed: {st['error']}"
+    head = "finished" if st.get("done") else ("cancelling ..." if st.get("cancelled") else "optimizing ...")
+    parts = [f"{head} {st.get('seconds', 0):.0f} s"]
+    if "iteration" in st:
+        parts.append(f"iteration {st['iteration']}, {st.get('states', 0)} states")
+        parts.append(f"best peak so far {format_bytes(st.get('frontier_peak') or st.get('best_peak', 0))}")
+    elif not st.get("done"):
+        parts.append("warm start (greedy fission, then remat steps)")
+    if st.get("done") and "points" in st:
+        parts.append(f"{st['points']} frontier points")
+    return " · ".join(parts)
+
+
+# ---- layout --------------------------------------------------------------------------------------
+def plan_bar() -> html.Section:
+    return html.Section([
+        html.Div([html.Span("plan", className="planbar-title"),
+                  html.Span("drag along the memory/latency frontier (peak as a fraction of PyTorch eager's)",
+                            className="muted small")], className="planbar-head"),
+        html.Div([
+            html.Div(dcc.Slider(id="plan-slider", min=0, max=1, step=None, value=1, marks={1: "1.00x"},
+                                included=False, updatemode="drag"), className="plan-slider"),
+            html.Div(id="plan-caption", className="plan-caption small"),
+        ], className="planbar-row"),
+        html.Div(id="plan-cards", className="cards plan-cards"),
+        dcc.Store(id="plan-points"),  # slider_of(): positions -> point keys
+        dcc.Store(id="plan"),  # {gid, version, key}: the selected point
+        dcc.Store(id="plan-marks"),  # {gid, version, key, marks: {imported op id: kind}}
+        dcc.Store(id="plan-marked"),
+    ], className="panel planbar")
+
+
+def pareto_tab() -> dcc.Tab:
+    from .layout import _table
+
+    return dcc.Tab(html.Div([
+        html.Div([
+            html.Section([
+                html.Div([html.H3("Pareto frontier"),
+                          html.Span(id="frontier-source", className="muted small")], className="panel-head"),
+                dcc.Graph(id="pareto", config={"displaylogo": False, "responsive": True},
+                          style={"height": "400px"}),
+                html.Div("click a point to select its plan · the slider above walks the non-dominated ones",
+                         className="muted small"),
+            ], className="panel pareto-panel"),
+            html.Section([
+                html.Div(html.H3("Optimize"), className="panel-head"),
+                html.Div([html.Label("time budget", htmlFor="opt-budget"),
+                          dcc.Dropdown(id="opt-budget", value=30, clearable=False, searchable=False,
+                                       options=[{"label": f"{b} s", "value": b} for b in OPT_BUDGETS],
+                                       className="budget-dd")], className="ctl"),
+                html.Div([html.Button("optimize", id="opt-run", n_clicks=0, className="btn btn-primary",
+                                      title="run the M-Optimizer's Pareto sweep on this model in the background"),
+                          html.Button("cancel, keep the best", id="opt-cancel", n_clicks=0, className="btn",
+                                      title="stop the search now; the frontier found so far is kept")],
+                         className="btn-row"),
+                html.Div(id="opt-status", className="small opt-status"),
+                html.Hr(),
+                html.Div([html.Label("fit in", htmlFor="fit-limit"),
+                          dcc.Input(id="fit-limit", type="text", placeholder="e.g. 8GiB or 0.5", debounce=True,
+                                    className="fit-input"),
+                          html.Span("the fastest plan on the frontier under this peak", className="muted small")],
+                         className="ctl"),
+                html.Hr(),
+                dcc.Upload(id="plan-upload", children=html.Div(["drop or ", html.A("open a plan file"),
+                                                                html.Span(" (magis optimize -o)", className="muted")]),
+                           className="upload", multiple=False),
+                dcc.Interval(id="opt-poll", interval=700, disabled=True),
+            ], className="panel opt-panel"),
+        ], className="row-pareto"),
+        html.Section([
+            html.Div([html.H3("Memory over time of the selected plan"),
+                      dcc.RadioItems(id="plan-xmode", options=[{"label": "step", "value": "step"},
+                                                               {"label": "time", "value": "time"}],
+                                     value="step", inline=True, className="xmode"),
+                      html.Span("stacked: the plan by tensor kind · line: PyTorch eager", className="muted small")],
+                     className="panel-head"),
+            dcc.Graph(id="plan-memory", config={"displaylogo": False, "responsive": True},
+                      style={"height": "320px"}),
+        ], className="panel"),
+        html.Section([
+            html.Div([html.H3("Hot-spots of the selected plan"),
+                      html.Span("tensors alive at the plan's peak", className="muted hint")], className="panel-head"),
+            _table(id="plan-hotspots", columns=[{"name": n, "id": c} for c, n in figures.HOTSPOT_COLUMNS],
+                   data=[], sort_action="native", page_action="native", page_size=10,
+                   style_table={"overflowX": "auto"},
+                   style_cell={"fontFamily": "inherit", "fontSize": 12, "padding": "3px 8px", "textAlign": "left",
+                               "maxWidth": 360, "whiteSpace": "normal", "wordBreak": "break-word"},
+                   style_header={"fontWeight": 600, "backgroundColor": "#f3f4f6"}),
+        ], className="panel"),
+    ], className="tab-body"), label="Pareto frontier", value="pareto")
+
+
+# ---- in the browser --------------------------------------------------------------------------------
+SLIDER_TO_PLAN = """function(value, pts, cur) {
+    if (!pts || value === null || value === undefined) { return window.dash_clientside.no_update; }
+    let best = 0, d = Infinity;
+    pts.positions.forEach((p, i) => { const e = Math.abs(p - value); if (e < d) { d = e; best = i; } });
+    const key = pts.keys[best];
+    if (cur && cur.gid === pts.gid && cur.version === pts.version && cur.key === key) {
+        return window.dash_clientside.no_update;
+    }
+    return {gid: pts.gid, version: pts.version, key: key};
+}"""
+
+MARK_PLAN = """function(marks, _els, _tab, table) {
+    const root = document.getElementById("graph");
+    if (!root) { return window.dash_clientside.no_update; }
+    const el = [root, ...root.querySelectorAll('*')].find(e => e._cyreg && e._cyreg.cy);
+    const cy = el ? el._cyreg.cy : null;
+    if (!cy) { return window.dash_clientside.no_update; }
+    const ok = marks && table && marks.gid === table.gid;
+    const want = ok ? marks.marks : {};
+    const pathOf = new Map();
+    if (ok) { table.ids.forEach((id, i) => pathOf.set(id, table.paths[table.idx[i]])); }
+    let n = 0;
+    cy.batch(() => {
+        cy.nodes(".mk-fission, .mk-remat, .mk-swap").removeClass("mk-fission mk-remat mk-swap");
+        if (!ok) { return; }
+        const byNid = new Map(), groups = [];
+        cy.nodes().forEach(x => {
+            const d = x.data();
+            if (d.nid !== undefined && d.nid !== null && !x.hasClass("more")) { byNid.set(String(d.nid), x); }
+            else if (d.group !== undefined) { groups.push([d.group, x]); }
+        });
+        for (const [nid, kind] of Object.entries(want)) {
+            let x = byNid.get(nid);
+            if (!x) {
+                const p = pathOf.get(Number(nid));
+                const hit = p === undefined ? null : groups.find(([g]) => p === g || p.startsWith(g + "/"));
+                x = hit ? hit[1] : null;
+            }
+            if (x && !x.hasClass("mk-" + kind)) { x.addClass("mk-" + kind); n += 1; }
+        }
+    });
+    return n;
+}"""
+
+
+# ---- callbacks -------------------------------------------------------------------------------------
+def register(app: Dash, state: AppState, guarded, show_message) -> None:
+    plans = state.plans
+
+    @app.callback(Output("plan-points", "data"), Output("plan-slider", "min"), Output("plan-slider", "max"),
+                  Output("plan-slider", "marks"), Output("plan-slider", "value"), Output("plan", "data"),
+                  Output("frontier-source", "children"),
+                  Input("model", "value"), Input("frontier-version", "data"), Input("fit-limit", "value"))
+    @guarded(7)
+    def on_frontier(gid, _version, fit):
+        f = plans.frontier(gid)
+        plans.prefetch(gid)
+        s = slider_of(f)
+        src = f"{f.source} · {len(f.points)} points, {len(s['keys'])} on the frontier"
+        value, key = s["default"], s["keys"][0]
+        if ctx.triggered_id == "fit-limit":
+            if not fit:
+                raise PreventUpdate
+            key = fit_point(f, fit)
+            value = s["positions"][s["keys"].index(key)]
+            return no_update, no_update, no_update, no_update, value, \
+                {"gid": gid, "version": f.version, "key": key}, no_update
+        return s, s["min"], s["max"], s["marks"], value, {"gid": gid, "version": f.version, "key": key}, src
+
+    def fit_point(f: Frontier, text: str) -> int:
+        from core.search.moptimizer import parse_memory_limit, resolve_memory_limit
+
+        try:
+            limit = resolve_memory_limit(parse_memory_limit(text.strip()), f.points[f.baseline()].peak)
+        except ValueError as e:
+            raise AppError(f"fit in {text!r}: {e}") from None
+        ok = [k for k in f.slider() if f.points[k].peak <= limit]
+        if not ok:
+            low = min(f.points[k].peak for k in f.slider())
+            raise AppError(f"no plan on the frontier has a peak under {format_bytes(limit)} (the lowest is "
+                           f"{format_bytes(low)}): run the optimizer longer, or accept more memory")
+        return min(ok, key=lambda k: (f.points[k].latency, f.points[k].peak))
+
+    app.clientside_callback(SLIDER_TO_PLAN, Output("plan", "data", allow_duplicate=True),
+                            Input("plan-slider", "value"), State("plan-points", "data"), State("plan", "data"),
+                            prevent_initial_call=True)
+
+    @app.callback(Output("plan", "data", allow_duplicate=True), Output("plan-slider", "value", allow_duplicate=True),
+                  Input("pareto", "clickData"), State("model", "value"), State("plan-points", "data"),
+                  prevent_initial_call=True)
+    @guarded(2)
+    def on_pareto_click(click, gid):
+        pts = [p for p in (click or {}).get("points", []) if isinstance(p.get("customdata"), int)]
+        if not pts:
+            raise PreventUpdate
+        f = plans.frontier(gid)
+        key = pts[0]["customdata"]
+        plans.view(gid, key, wait=0)
+        s = slider_of(f)
+        value = s["positions"][s["keys"].index(key)] if key in s["keys"] else no_update
+        return {"gid": gid, "version": f.version, "key": key}, value
+
+    @app.callback(Output("plan-cards", "children"), Output("plan-caption", "children"), Output("plan-marks", "data"),
+                  Output("plan-memory", "figure"), Output("plan-hotspots", "data"), Output("pareto", "figure"),
+                  Input("plan", "data"), Input("plan-xmode", "value"), State("device", "value"))
+    @guarded(6)
+    def on_plan(sel, xmode, device):
+        if not sel:
+            raise PreventUpdate
+        gid = sel["gid"]
+        f = plans.frontier(gid)
+        if sel.get("version") != f.version:
+            raise PreventUpdate  # a newer frontier is on its way
+        key = sel["key"]
+        v = plans.view(gid, key, wait=VIEW_WAIT)
+        if v is None:
+            show_message(f"building the view of point {key} of {state.label(gid)} ...", "info")
+            raise PreventUpdate
+        base = plans.view(gid, f.baseline(), wait=VIEW_WAIT)
+        if base is None:
+            raise PreventUpdate
+        dev = f.device
+        caption = (f"point {key}: {METHOD_STYLE.get(v.plan.method, (v.plan.method,))[0]} {v.plan.label} · "
+                   f"{len(v.plan.applications)} rule applications · {v.copies()} swap copies")
+        if ctx.triggered_id == "plan-xmode":
+            return (no_update, no_update, no_update, plan_memory_figure(base.sim, v, xmode, dev),
+                    no_update, no_update)
+        rows = figures.hotspot_rows(v.graph, v.hot)
+        return (plan_cards(f, v, dev), caption, marks_of(v, gid, f.version),
+                plan_memory_figure(base.sim, v, xmode, dev), rows, pareto_figure(f, key))
+
+    app.clientside_callback(MARK_PLAN, Output("plan-marked", "data"), Input("plan-marks", "data"),
+                            Input("graph", "elements"), Input("tabs", "value"), State("paths", "data"))
+
+    # ---- optimizing from the page --------------------------------------------------------------------
+    @app.callback(Output("opt-poll", "disabled"), Output("opt-status", "children"),
+                  Input("opt-run", "n_clicks"), State("model", "value"), State("opt-budget", "value"),
+                  State("device", "value"), prevent_initial_call=True)
+    @guarded(2)
+    def on_optimize(n, gid, budget, device):
+        if not n:
+            raise PreventUpdate
+        state.entry(gid)
+        job = plans.start_optimize(gid, float(budget or 30), device)
+        return False, job_line(job.status())
+
+    @app.callback(Output("opt-status", "children", allow_duplicate=True), Input("opt-cancel", "n_clicks"),
+                  State("model", "value"), prevent_initial_call=True)
+    @guarded(1)
+    def on_cancel(n, gid):
+        job = plans.job(gid)
+        if not n or job is None or job.done:
+            raise PreventUpdate
+        job.cancel.set()
+        return job_line(job.status())
+
+    @app.callback(Output("opt-status", "children", allow_duplicate=True), Output("opt-poll", "disabled",
+                                                                                 allow_duplicate=True),
+                  Output("pareto", "figure", allow_duplicate=True), Output("frontier-version", "data"),
+                  Input("opt-poll", "n_intervals"), State("model", "value"), State("plan", "data"),
+                  prevent_initial_call=True)
+    @guarded(4)
+    def on_poll(_n, gid, sel):
+        job = plans.job(gid)
+        if job is None:
+            return "", True, no_update, no_update
+        st = job.status()
+        if job.error:
+            show_message(f"optimization of {state.label(gid)} failed: {job.error}")
+        f = plans.frontier(gid)
+        if job.done:
+            return job_line(st), True, no_update, {"gid": gid, "version": f.version}
+        key = sel["key"] if sel and sel.get("gid") == gid and sel.get("version") == f.version else None
+        return job_line(st), False, pareto_figure(f, key, list(job.frontier)), no_update
+
+    @app.callback(Output("frontier-version", "data", allow_duplicate=True), Output("plan-upload", "contents"),
+                  Input("plan-upload", "contents"), State("plan-upload", "filename"), State("model", "value"),
+                  prevent_initial_call=True)
+    def on_plan_upload(contents, filename, gid):
+        if not contents:
+            raise PreventUpdate
+        from .state import decode_upload
+
+        name = filename or "plan file"
+        try:
+            f = plans.load_upload(gid, decode_upload(contents), name)
+        except (PlanError, AppError, ValueError) as e:
+            show_message(f"Could not open {name!r} for {state.label(gid)}: {e}")
+            return no_update, None
+        except Exception as e:  # noqa: BLE001
+            log.exception("plan upload failed")
+            show_message(f"Could not open {name!r}: {type(e).__name__}: {e}")
+            return no_update, None
+        show_message(f"Opened {name}: {len(f.points)} points for {state.label(gid)}.", "ok")
+        return {"gid": gid, "version": f.version}, None
+
+
+__all__ = ["pareto_figure", "pareto_tab", "plan_bar", "plan_cards", "register", "slider_of"]
