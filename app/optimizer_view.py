@@ -44,7 +44,7 @@ def slider_of(f: Frontier) -> dict:
     pos = [round(f.points[k].peak / base.peak, 6) if base.peak else 1.0 for k in keys]
     marks = {}
     last = None
-    for p, k in zip(pos, keys, strict=True):
+    for p in pos:
         if last is None or abs(p - last) > 0.045:  # labels that do not overlap
             marks[p] = {"label": f"{p:.2f}x"}
             last = p
