@@ -49,9 +49,10 @@ def slider_of(f: Frontier) -> dict:
             marks[p] = {"label": f"{p:.2f}x"}
             last = p
         else:
-            marks[p] = {"label": ""}
+            marks[p] = {"label": " "}  # a stop without a label (an empty one shows the value)
     return {"gid": f.gid, "version": f.version, "positions": pos, "keys": keys,
-            "min": min(pos + [0.0]), "max": max(pos + [1.0]), "marks": marks, "default": pos[0]}
+            "min": min(pos + [0.0]), "max": max(pos + [1.0]), "marks": marks,
+            "default": pos[keys.index(f.default())], "default_key": f.default()}
 
 
 def pareto_figure(f: Frontier, selected: int | None, running: list[tuple[int, float]] | None = None) -> dict:
@@ -92,11 +93,15 @@ def pareto_figure(f: Frontier, selected: int | None, running: list[tuple[int, fl
                      "x": [p.peak], "y": [p.latency * 1e3], "showlegend": False,
                      "marker": {"size": 20, "color": "rgba(0,0,0,0)", "line": {"width": 3, "color": "#111827"}}})
     xs = [p.peak for p in pts] + [q for q, _ in running or []]
-    top = max(xs) * 1.08 if xs else 1
+    top = max(xs) * 1.04 if xs else 1
+    low = min(xs) * 0.9 if xs else 0
     tickvals, ticktext = figures.binary_ticks(top)
+    if len([t for t in tickvals if low <= t <= top]) < 3:  # a narrow range: plotly's own ticks
+        tickvals, ticktext = None, None
     layout = {"template": "plotly_white", "margin": {"l": 60, "r": 10, "t": 30, "b": 45}, "hovermode": "closest",
-              "xaxis": {"title": {"text": "simulated peak memory"}, "range": [0, top], "tickvals": tickvals,
-                        "ticktext": ticktext},
+              "xaxis": {"title": {"text": "simulated peak memory"}, "range": [low, top], "tickvals": tickvals,
+                        "ticktext": ticktext, "ticksuffix": "B" if tickvals is None else "",
+                        "tickformat": ".3s" if tickvals is None else None},
               "yaxis": {"title": {"text": f"simulated latency (ms, {f.device})"}},
               "legend": {"orientation": "h", "y": -0.2, "font": {"size": 11}}, "uirevision": f"{f.gid}",
               "shapes": [{"type": "line", "xref": "x", "yref": "paper", "x0": base.peak, "x1": base.peak,
@@ -221,8 +226,9 @@ def pareto_tab() -> dcc.Tab:
             html.Div([html.H3("Memory over time of the selected plan"),
                       dcc.RadioItems(id="plan-xmode", options=[{"label": "step", "value": "step"},
                                                                {"label": "time", "value": "time"}],
-                                     value="step", inline=True, className="xmode"),
-                      html.Span("stacked: the plan by tensor kind · line: PyTorch eager", className="muted small")],
+                                     value="time", inline=True, className="xmode"),
+                      html.Span("stacked: the plan by tensor kind · line: PyTorch eager (a plan's graph has "
+                                "its own steps: compare in time)", className="muted small")],
                      className="panel-head"),
             dcc.Graph(id="plan-memory", config={"displaylogo": False, "responsive": True},
                       style={"height": "320px"}),
@@ -297,10 +303,10 @@ def register(app: Dash, state: AppState, guarded, show_message) -> None:
     @guarded(7)
     def on_frontier(gid, _version, fit):
         f = plans.frontier(gid)
-        plans.prefetch(gid)
         s = slider_of(f)
+        plans.prefetch(gid, first=(s["default_key"],))
         src = f"{f.source} · {len(f.points)} points, {len(s['keys'])} on the frontier"
-        value, key = s["default"], s["keys"][0]
+        value, key = s["default"], s["default_key"]
         if ctx.triggered_id == "fit-limit":
             if not fit:
                 raise PreventUpdate

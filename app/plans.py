@@ -215,6 +215,13 @@ class Frontier:
             return eager[-1]
         return max(range(len(self.points)), key=lambda k: (self.points[k].peak, -self.points[k].latency))
 
+    def default(self, overhead: float = 0.10) -> int:
+        """The point a user most often wants first: the least peak within ``overhead`` of eager's
+        latency (the baseline when none is)."""
+        base = self.points[self.baseline()]
+        ok = [k for k in self.slider() if self.points[k].latency <= (1 + overhead) * base.latency]
+        return min(ok, key=lambda k: (self.points[k].peak, self.points[k].latency)) if ok else self.baseline()
+
     def slider(self) -> list[int]:
         """Keys of the non-dominated points, peak ascending (the baseline included, last)."""
         pts = self.points
@@ -262,6 +269,8 @@ class PlanStore:
         self._steps: OrderedDict[tuple, Future] = OrderedDict()
         self._jobs: dict[tuple[str, str], Job] = {}
         self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="magis-plans")
+        # rule steps replay a whole plan (seconds on a big graph): their own worker, so views never wait
+        self._steps_pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="magis-steps")
 
     # ---- frontiers ---------------------------------------------------------------------------------
     def frontier(self, gid: str) -> Frontier:
@@ -321,11 +330,12 @@ class PlanStore:
         return self.set_frontier(gid, pf, f"uploaded ({filename})")
 
     # ---- point views -------------------------------------------------------------------------------
-    def _future(self, cache: OrderedDict, key: tuple, fn: Callable[[], Any]) -> Future:
+    def _future(self, cache: OrderedDict, key: tuple, fn: Callable[[], Any],
+                pool: ThreadPoolExecutor | None = None) -> Future:
         with self._lock:
             fut = cache.get(key)
             if fut is None or fut.cancelled():
-                fut = cache[key] = self._pool.submit(fn)
+                fut = cache[key] = (pool or self._pool).submit(fn)
             cache.move_to_end(key)
             while len(cache) > MAX_VIEWS:
                 cache.popitem(last=False)
@@ -352,10 +362,11 @@ class PlanStore:
         fut = self._future(self._views, (gid, f.version, k), lambda: build_view(imported, plan, k, f.device))
         return self._result(fut, wait)
 
-    def prefetch(self, gid: str) -> None:
-        """Build the views of the slider's points in the background (the slider then only looks up)."""
+    def prefetch(self, gid: str, first: tuple[int, ...] = ()) -> None:
+        """Build the views of the slider's points in the background (the slider then only looks up),
+        ``first`` and the baseline ahead of the others."""
         f = self.frontier(gid)
-        for k in f.slider():
+        for k in dict.fromkeys([*first, f.baseline(), *f.slider()]):
             self.view(gid, k, wait=0)
 
     def steps(self, gid: str, k: int, wait: float | None = None) -> list[Step] | None:
@@ -363,7 +374,8 @@ class PlanStore:
         plan = f.plans.point(k)
         imported = self._entry(gid).graph
         base = f.points[f.baseline()].order
-        fut = self._future(self._steps, (gid, f.version, k), lambda: build_steps(imported, plan, f.device, base))
+        fut = self._future(self._steps, (gid, f.version, k), lambda: build_steps(imported, plan, f.device, base),
+                           self._steps_pool)
         return self._result(fut, wait)
 
     # ---- jobs --------------------------------------------------------------------------------------
@@ -471,6 +483,7 @@ class PlanStore:
 
     def shutdown(self) -> None:
         self._pool.shutdown(wait=False, cancel_futures=True)
+        self._steps_pool.shutdown(wait=False, cancel_futures=True)
 
 
 __all__ = ["Frontier", "Job", "PlanStore", "PointView", "Step", "build_steps", "build_view", "get_rule",

@@ -1,15 +1,201 @@
-"""(being built)"""
+"""Rule stepping: the selected plan as its ordered rule applications from the imported graph, one
+step at a time (first / back / forward / last, and play).  Each step shows the rule, the nodes it
+added, removed and re-wired, the window of the schedule that incremental scheduling (MAGIS
+Algorithm 2) re-ordered, and the memory and latency before -> after, with the memory curves of both
+sides of the step and the window shaded.
+
+The steps are replayed once per plan on a worker (``plans.build_steps``, as the M-Optimizer
+evaluated them); a step change only looks them up.
+"""
 
 from __future__ import annotations
 
-from dash import Dash, dcc, html
+from dash import Dash, Input, Output, State, ctx, dcc, html, no_update
+from dash.exceptions import PreventUpdate
 
-from .state import AppState
+from core.fmt import format_bytes
+
+from . import figures
+from .plans import RULE_TEXT, Step
+
+NAMES_SHOWN = 8
+PLAY_MS = 1200
+
+
+def _names(names: list[str]) -> str:
+    if not names:
+        return "none"
+    more = len(names) - NAMES_SHOWN
+    return ", ".join(names[:NAMES_SHOWN]) + (f" and {more} more" if more > 0 else "")
+
+
+def _pct(a: float, b: float) -> str:
+    return f"{(b / a - 1) * 100:+.2f}%" if a else ""
+
+
+def step_rows(steps: list[Step]) -> list[dict]:
+    return [{"step": s.index + 1, "rule": s.rule, "application": str(s.app),
+             "peak": f"{format_bytes(s.peak[0])} → {format_bytes(s.peak[1])}",
+             "latency": f"{figures.fmt_seconds(s.latency[0])} → {figures.fmt_seconds(s.latency[1])}",
+             "window": f"{s.hi - s.lo + 1} → {s.window} ops"} for s in steps]
+
+
+def step_details(s: Step, total: int) -> html.Div:
+    rows = [
+        ("rule", f"{s.rule}: {RULE_TEXT.get(s.rule, '')}"),
+        ("application", str(s.app)),
+        ("added", f"{len(s.added)}: {_names(s.added)}"),
+        ("removed", f"{len(s.removed)}: {_names(s.removed)}"),
+        ("re-wired", f"{len(s.rewired)}: {_names(s.rewired)}"),
+        ("rescheduled", f"schedule positions {s.lo}..{s.hi} ({s.hi - s.lo + 1} ops) re-ordered into "
+                        f"{s.window} ops by incremental scheduling"),
+        ("peak", f"{format_bytes(s.peak[0])} → {format_bytes(s.peak[1])} ({_pct(*s.peak)})"),
+        ("latency", f"{figures.fmt_seconds(s.latency[0])} → {figures.fmt_seconds(s.latency[1])} "
+                    f"({_pct(*s.latency)})"),
+    ]
+    return html.Div([
+        html.Div(f"step {s.index + 1} of {total}", className="step-title", id="step-title"),
+        html.Table([html.Tr([html.Th(k), html.Td(v)]) for k, v in rows], className="kv step-kv"),
+    ])
+
+
+def step_figure(s: Step) -> dict:
+    """Memory per schedule step before and after the application; the re-ordered window shaded."""
+    before, after = s.curve
+    data = []
+    for name, y, colour, width in (("before", before, "#9ca3af", 1.2), ("after", after, "#7c3aed", 1.8)):
+        idx = figures.downsample_indices(y, figures.MAX_POINTS)
+        data.append({"type": "scatter", "mode": "lines", "name": f"{name} step {s.index + 1}",
+                     "x": idx.tolist(), "y": y[idx].tolist(), "line": {"shape": "hv", "color": colour,
+                                                                      "width": width},
+                     "hovertemplate": "position %{x}: %{y:.4s}B<extra>" + name + "</extra>"})
+    top = float(max(before.max() if len(before) else 0, after.max() if len(after) else 0)) * 1.1 or 1.0
+    tickvals, ticktext = figures.binary_ticks(top)
+    shapes = [{"type": "rect", "xref": "x", "yref": "paper", "x0": s.lo - 0.5, "x1": s.lo + s.window - 0.5,
+               "y0": 0, "y1": 1, "fillcolor": "#c4b5fd", "opacity": 0.3, "line": {"width": 0}}]
+    return {"data": data, "layout": {
+        "template": "plotly_white", "margin": {"l": 60, "r": 10, "t": 30, "b": 40}, "shapes": shapes,
+        "xaxis": {"title": {"text": "schedule position (shaded: the re-ordered window)"}},
+        "yaxis": {"title": {"text": "live memory"}, "range": [0, top], "tickvals": tickvals, "ticktext": ticktext},
+        "legend": {"orientation": "h", "y": 1.12}, "uirevision": "steps"}}
 
 
 def tab() -> dcc.Tab:
-    return dcc.Tab(html.Div("", className="tab-body"), label="steps_view", value="steps_view")
+    from .layout import _table
+
+    btn = "btn step-btn"
+    return dcc.Tab(html.Div([
+        html.Section([
+            html.Div([html.H3("Rule steps"),
+                      html.Span("the selected plan's rule applications from the imported graph, each "
+                                "rescheduled incrementally as the M-Optimizer evaluated it", className="muted hint")],
+                     className="panel-head"),
+            html.Div([html.Button("|◀ first", id="step-first", n_clicks=0, className=btn, title="before the first step"),
+                      html.Button("◀ back", id="step-back", n_clicks=0, className=btn, title="one step back"),
+                      html.Button("forward ▶", id="step-fwd", n_clicks=0, className=btn, title="one step forward"),
+                      html.Button("last ▶|", id="step-last", n_clicks=0, className=btn, title="the last step"),
+                      html.Button("play", id="step-play", n_clicks=0, className=btn,
+                                  title="step forward every second"),
+                      html.Span(id="step-status", className="muted small")], className="btn-row"),
+            html.Div([
+                html.Div(_table(id="step-table", columns=[{"name": c, "id": c} for c in
+                                                          ("step", "rule", "application", "peak", "latency",
+                                                           "window")],
+                                data=[], page_action="native", page_size=12, row_selectable=False,
+                                style_table={"overflowX": "auto"},
+                                style_cell={"fontFamily": "inherit", "fontSize": 12, "padding": "3px 8px",
+                                            "textAlign": "left", "maxWidth": 280, "whiteSpace": "normal",
+                                            "wordBreak": "break-word"},
+                                style_header={"fontWeight": 600, "backgroundColor": "#f3f4f6"}),
+                         className="step-list"),
+                html.Div(id="step-details", className="details-box step-details"),
+            ], className="row-steps"),
+            dcc.Graph(id="step-memory", config={"displaylogo": False, "responsive": True},
+                      style={"height": "320px"}),
+        ], className="panel"),
+        dcc.Store(id="step"),  # {gid, version, key, index, count}: index -1 = the imported graph
+        dcc.Interval(id="step-poll", interval=600, disabled=True),
+        dcc.Interval(id="step-timer", interval=PLAY_MS, disabled=True),
+    ], className="tab-body"), label="Rule steps", value="steps")
 
 
-def register(app: Dash, state: AppState, guarded, show_message) -> None:
-    pass
+def register(app: Dash, state, guarded, show_message) -> None:
+    plans = state.plans
+
+    @app.callback(Output("step", "data"), Output("step-table", "data"), Output("step-poll", "disabled"),
+                  Output("step-status", "children"),
+                  Input("plan", "data"), Input("step-poll", "n_intervals"), State("step", "data"))
+    @guarded(4)
+    def on_plan_steps(sel, _poll, cur):
+        if not sel:
+            raise PreventUpdate
+        gid, key = sel["gid"], sel["key"]
+        f = plans.frontier(gid)
+        if sel.get("version") != f.version:
+            raise PreventUpdate
+        n = len(f.points[key].applications)
+        steps = plans.steps(gid, key, wait=0.05 if ctx.triggered_id == "plan" else 0)
+        if steps is None:
+            return no_update, [], False, f"replaying {n} rule applications with incremental scheduling ..."
+        same = cur and cur.get("gid") == gid and cur.get("version") == f.version and cur.get("key") == key
+        if same and ctx.triggered_id == "step-poll":
+            return no_update, no_update, True, no_update
+        start = len(steps) - 1 if steps else -1
+        return ({"gid": gid, "version": f.version, "key": key, "index": start, "count": len(steps)},
+                step_rows(steps), True, f"{len(steps)} steps" if steps else "this plan changes nothing: no steps")
+
+    @app.callback(Output("step", "data", allow_duplicate=True), Output("step-timer", "disabled"),
+                  Output("step-play", "children"),
+                  Input("step-first", "n_clicks"), Input("step-back", "n_clicks"), Input("step-fwd", "n_clicks"),
+                  Input("step-last", "n_clicks"), Input("step-play", "n_clicks"), Input("step-timer", "n_intervals"),
+                  Input("step-table", "active_cell"), State("step", "data"), State("step-timer", "disabled"),
+                  prevent_initial_call=True)
+    @guarded(3)
+    def on_step(_f, _b, _fw, _l, _p, _t, cell, cur, stopped):
+        if not cur or not cur.get("count"):
+            raise PreventUpdate
+        n, i = cur["count"], cur["index"]
+        trig = ctx.triggered_id
+        playing = not stopped
+        if trig == "step-play":
+            playing = not playing
+            if playing and i >= n - 1:
+                i = -1  # play from the start
+        elif trig == "step-timer":
+            if i >= n - 1:
+                return no_update, True, "play"
+            i += 1
+        elif trig == "step-table":
+            if not cell or cell.get("row") is None:
+                raise PreventUpdate
+            i = int(cell["row"])
+        else:
+            i = {"step-first": -1, "step-back": max(-1, i - 1), "step-fwd": min(n - 1, i + 1),
+                 "step-last": n - 1}[trig]
+            playing = False
+        if trig == "step-timer" and i >= n - 1:
+            playing = False
+        return {**cur, "index": i}, not playing, "pause" if playing else "play"
+
+    @app.callback(Output("step-details", "children"), Output("step-memory", "figure"), Input("step", "data"))
+    @guarded(2)
+    def on_show(cur):
+        if not cur:
+            raise PreventUpdate
+        steps = plans.steps(cur["gid"], cur["key"], wait=0)
+        if steps is None:
+            raise PreventUpdate
+        i = cur["index"]
+        if i < 0 or not steps:
+            what = "the imported graph, before the first step" if steps else "the imported graph"
+            return html.Div([html.Div(f"step 0 of {len(steps)}", className="step-title", id="step-title"),
+                             html.Div(what, className="muted")]), {"data": [], "layout": {
+                                 "template": "plotly_white", "xaxis": {"visible": False}, "yaxis": {"visible": False},
+                                 "annotations": [{"text": "step forward to see the first application",
+                                                  "showarrow": False, "xref": "paper", "yref": "paper",
+                                                  "x": 0.5, "y": 0.5}]}}
+        s = steps[min(i, len(steps) - 1)]
+        return step_details(s, len(steps)), step_figure(s)
+
+
+__all__ = ["register", "step_details", "step_figure", "step_rows", "tab"]
