@@ -1,0 +1,173 @@
+"""The app's plans (app/plans.py) and the optimizer views' builders, on small graphs with plans made
+here: the slider walks the non-dominated points, a point's view is the plan replayed and simulated,
+the marks name the imported ops each transformation touched, rule steps end where the plan ends,
+and a plan file of another graph is one clear error."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from app.optimizer_view import pareto_figure, slider_of
+from app.plans import PlanStore, build_steps, build_view, origins, plan_marks
+from app.state import AppError, AppState
+from app.steps_view import step_details, step_figure, step_rows
+from core.cost import AnalyticCost
+from core.search.moptimizer import MOptimizer
+from core.search.plan import Plan, PlanError, PlanFile
+from core.search.wl_hash import graph_hash
+from core.transform.rule import Application
+from sample_graphs.store import load_sample_graph
+
+
+def plan(method: str, peak: int, latency: float, label: str = "") -> Plan:
+    return Plan(method, [], [], peak, latency, label)
+
+
+def frontier_of(points: list[Plan]):
+    from app.plans import Frontier
+
+    return Frontier("sample:x", PlanFile("x", 0, "rtx3090", points), "test")
+
+
+def test_slider_walks_the_non_dominated_points_peak_ascending():
+    pts = [plan("magis", 50, 1.20), plan("magis", 60, 1.05), plan("dtr", 60, 1.30),  # dominated by [1]
+           plan("dtr", 80, 1.02), plan("sqrt_n", 90, 1.10),  # dominated by [3]
+           plan("eager", 100, 1.00)]
+    f = frontier_of(pts)
+    assert f.baseline() == 5
+    assert f.slider() == [0, 1, 3, 5]
+    # the default: the least peak within 10% of eager's latency
+    assert f.default() == 1
+    assert f.default(overhead=0.25) == 0
+    s = slider_of(f)
+    assert s["positions"] == [0.5, 0.6, 0.8, 1.0] and s["keys"] == [0, 1, 3, 5]
+    assert s["default"] == 0.6 and s["default_key"] == 1
+    assert all(m["label"].strip() for m in s["marks"].values())  # 0.1 apart: every stop labelled
+
+
+def test_pareto_figure_has_a_trace_per_method_with_point_keys():
+    pts = [plan("magis", 50, 1.2), plan("dtr", 80, 1.02), plan("dtr", 90, 1.5), plan("eager", 100, 1.0)]
+    fig = pareto_figure(frontier_of(pts), selected=1)
+    by_name = {t["name"]: t for t in fig["data"]}
+    assert by_name["DTR"]["customdata"] == [1, 2]
+    assert by_name["MAGIS"]["customdata"] == [0]
+    assert by_name["frontier (slider)"]["x"] == [50, 80, 100]
+    sel = [t for t in fig["data"] if t["name"] == "selected"][0]
+    assert sel["x"] == [80] and sel["y"] == [pytest.approx(1.02e3)]
+
+
+@pytest.fixture
+def fig6():
+    g = load_sample_graph("fig6_ftree")
+    m = MOptimizer(g, AnalyticCost("rtx3090"))
+    return g, m
+
+
+def test_point_view_replays_and_marks_a_fission_and_a_remat(fig6):
+    g, m = fig6
+    apps = [a for a in m.ev.rules["ftree"].match(m.ev.g, []) if a.rule == "fission"]
+    m.seed(apps[:1])
+    hot = [k for k in m.ev.hotspots() if k.index >= 0]
+    remat = [a for a in m.ev.rules["remat"].match(m.ev.g, hot)]
+    assert remat, "a remat applies to a hot-spot of the fission state"
+    s2 = m.seed(apps[:1] + remat[:1])
+    p = m.plan(s2)
+    v = build_view(g, p, 0, "rtx3090")
+    assert v.sim.peak == p.peak and v.sim.latency == pytest.approx(p.latency)
+    region = set(apps[0].params) & {n.id for n in g.ops()}
+    fission = {nid for nid, k in v.marks.items() if k == "fission"}
+    # the ops taken into the fission node are exactly the imported ops missing from the plan's graph
+    assert fission == {n.id for n in g.ops() if n.id not in v.graph.nodes}
+    assert fission and fission <= region  # ... and all of them were in the fission's region
+    copies = [n for n in v.graph.nodes.values() if n.recompute_of is not None]
+    assert len(copies) == 1
+    assert v.marks.get(v.origin[copies[0].id]) in ("remat", "fission")
+    assert v.counts["fission"] == len(fission)
+
+
+def test_origins_follow_recompute_chains_and_copies(fig6):
+    g, _ = fig6
+    from core.transform.registry import RULES
+
+    g2 = g.copy()
+    hot = [s.root for s in __import__("core.simulate", fromlist=["simulate"]).simulate(
+        g2, [n.id for n in g2.ops()], validate=False).memory.hotspots() if s.alloc >= 0]
+    app = next(a for a in RULES["remat"].match(g2, hot))
+    RULES["remat"].apply(g2, app)
+    copy = next(n for n in g2.nodes.values() if n.recompute_of is not None)
+    org = origins(g, g2)
+    assert org[copy.id] == app.params[0]
+    assert plan_marks(g, g2, org) == {app.params[0]: "remat"}
+
+
+def test_rule_steps_end_where_the_plan_ends(fig6):
+    g, m = fig6
+    apps = [a for a in m.ev.rules["ftree"].match(m.ev.g, []) if a.rule == "fission"][:1]
+    s = m.seed(apps)
+    p = m.plan(s)
+    steps = build_steps(g, p, "rtx3090", m.order)
+    assert [st.app for st in steps] == p.applications
+    assert steps[0].peak[0] == m.root.peak
+    assert steps[-1].peak[1] == s.peak and steps[-1].latency[1] == pytest.approx(s.latency)
+    st = steps[0]
+    assert st.removed and st.added  # the region's ops leave, the fission node (and its clones) come
+    assert 0 <= st.lo <= st.hi and st.window > 0
+    rows = step_rows(steps)
+    assert rows[0]["rule"] == "fission" and rows[0]["step"] == 1
+    fig = step_figure(st)
+    assert fig["layout"]["shapes"][0]["x0"] == st.lo - 0.5
+    assert "re-ordered into" in str(step_details(st, len(steps)))
+
+
+def test_store_frontier_views_and_errors():
+    st = AppState()
+    try:
+        gid = "sample:fig6_ftree"
+        ps: PlanStore = st.plans
+        g = st.entry(gid).graph
+        f = ps.frontier(gid)
+        assert f.points[f.baseline()].method == "eager"
+        v = ps.view(gid, f.baseline(), wait=30)
+        assert v.sim.peak == f.points[f.baseline()].peak
+        # a plan file of another graph: one line naming both
+        other = load_sample_graph("fig2_skip")
+        pf = PlanFile(other.name, graph_hash(other), "rtx3090", [Plan("eager", [], [], 1, 1.0)])
+        with pytest.raises(PlanError, match="made for graph"):
+            ps.set_frontier(gid, pf, "test")
+        # a plan whose step does not apply: the view says which step
+        bad = PlanFile(g.name, graph_hash(g), "rtx3090", [Plan("magis", [Application("remat", (10**6, 1))], [], 1, 1.0),
+                                                         f.points[f.baseline()]])
+        f2 = ps.set_frontier(gid, bad, "test")
+        assert f2.version == f.version + 1
+        with pytest.raises((PlanError, AppError), match="step 1"):
+            ps.view(gid, 0, wait=30)
+    finally:
+        st.shutdown()
+
+
+def test_optimize_job_from_the_app_finishes_or_cancels_keeping_the_best():
+    st = AppState()
+    try:
+        gid = "sample:fig6_ftree"
+        job = st.plans.start_optimize(gid, 3.0, "rtx3090")
+        assert st.plans.start_optimize(gid, 3.0, "rtx3090") is job  # one run per graph at a time
+        t0 = time.time()
+        while not job.done and time.time() - t0 < 60:
+            time.sleep(0.2)
+        assert job.done and job.error is None, job.error
+        f = st.plans.frontier(gid)
+        assert f.source.startswith("optimized here") and f.version >= 1
+        assert any(p.method == "magis" for p in f.points) and f.points[-1].method == "eager"
+        assert job.progress.get("points", 0) >= 1
+        # cancelled at once: still a frontier (the warm start's states at least), marked as cancelled
+        job2 = st.plans.start_optimize(gid, 30.0, "rtx3090")
+        job2.cancel.set()
+        t0 = time.time()
+        while not job2.done and time.time() - t0 < 60:
+            time.sleep(0.2)
+        assert job2.done and job2.error is None
+        assert "cancelled" in st.plans.frontier(gid).source
+    finally:
+        st.shutdown()
