@@ -10,7 +10,7 @@ SAMPLE ?= bert_tiny
 export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 
-.PHONY: run test install install-test browser bench graphs lint clean
+.PHONY: run test install install-test browser bench graphs frontiers lint clean
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -45,6 +45,10 @@ bench: install
 
 graphs: install
 	$(BIN)/python -m sample_graphs.generate
+
+# the samples' precomputed memory/latency frontiers (MAGIS and every peer), opened by the app's plan bar
+frontiers: install-test
+	$(BIN)/python -m sample_graphs.frontiers
 
 lint: install-test
 	$(BIN)/ruff check .

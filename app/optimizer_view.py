@@ -335,8 +335,7 @@ def register(app: Dash, state: AppState, guarded, show_message) -> None:
                             prevent_initial_call=True)
 
     @app.callback(Output("plan", "data", allow_duplicate=True), Output("plan-slider", "value", allow_duplicate=True),
-                  Input("pareto", "clickData"), State("model", "value"), State("plan-points", "data"),
-                  prevent_initial_call=True)
+                  Input("pareto", "clickData"), State("model", "value"), prevent_initial_call=True)
     @guarded(2)
     def on_pareto_click(click, gid):
         pts = [p for p in (click or {}).get("points", []) if isinstance(p.get("customdata"), int)]

@@ -225,13 +225,15 @@ class Frontier:
     def slider(self) -> list[int]:
         """Keys of the non-dominated points, peak ascending (the baseline included, last)."""
         pts = self.points
-        order = sorted(range(len(pts)), key=lambda k: (pts[k].peak, pts[k].latency, pts[k].method != "magis"))
+        base = self.baseline()
+        # ties go to the baseline (MAGIS's root state is eager's plan), then to MAGIS
+        order = sorted(range(len(pts)), key=lambda k: (pts[k].peak, pts[k].latency, k != base,
+                                                       pts[k].method != "magis"))
         out, best_lat = [], float("inf")
         for k in order:
             if pts[k].latency < best_lat - 1e-15:
                 out.append(k)
                 best_lat = pts[k].latency
-        base = self.baseline()
         if base not in out:
             out.append(base)
         return out

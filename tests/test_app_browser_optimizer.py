@@ -1,0 +1,199 @@
+"""The optimizer in the browser: the plan bar's memory slider updates every plan view and marks the
+computation graph, a click on the Pareto figure selects a peer's plan, rule steps go back and forth,
+an optimization run shows progress and keeps its frontier when cancelled, and bad input (a limit no
+plan reaches, another graph's plan file) is a message.  Screenshots go to test-artifacts/."""
+
+from __future__ import annotations
+
+import base64
+import re
+
+import pytest
+
+from tests.test_app_browser import CHROMIUM, FLAGS, TIMEOUT, _cy, shot, wait_ready
+
+pytestmark = [pytest.mark.browser]
+SAMPLE = "fig6_ftree"
+
+
+@pytest.fixture(scope="module")
+def server():
+    import threading
+    from pathlib import Path
+
+    if not Path(CHROMIUM).exists():
+        pytest.skip(f"{CHROMIUM} is not installed (apt-get install -y chromium chromium-driver)")
+    from werkzeug.serving import make_server
+
+    from app.main import create_app
+
+    app = create_app(initial_sample=SAMPLE)
+    srv = make_server("127.0.0.1", 0, app.server, threaded=True)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{srv.server_port}/", app
+    srv.shutdown()
+    app.magis_state.shutdown()
+
+
+@pytest.fixture(scope="module")
+def browser(server):
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        b = p.chromium.launch(executable_path=CHROMIUM, args=FLAGS, headless=True)
+        yield b
+        b.close()
+
+
+@pytest.fixture
+def page(browser, server):
+    url, _app = server
+    ctx = browser.new_context(viewport={"width": 1400, "height": 1000})
+    pg = ctx.new_page()
+    pg.set_default_timeout(TIMEOUT)
+    errors: list[str] = []
+    pg.on("pageerror", lambda e: errors.append(str(e)))
+    pg.goto(url)
+    wait_ready(pg)
+    pg.wait_for_selector("#plan-cards .card", timeout=TIMEOUT)
+    pg.js_errors = errors
+    yield pg
+    assert not errors, errors
+    ctx.close()
+
+
+def text(pg, sel: str) -> str:
+    return pg.inner_text(sel).strip()
+
+
+def marked(pg) -> dict:
+    return pg.evaluate(_cy("({fission: cy.nodes('.mk-fission').length, remat: cy.nodes('.mk-remat').length, "
+                           "swap: cy.nodes('.mk-swap').length})"), ["graph", None])
+
+
+def test_slider_updates_every_plan_view_and_marks_the_graph(page, server):
+    _url, app = server
+    f = app.magis_state.plans.frontier(f"sample:{SAMPLE}")
+    keys = f.slider()
+    assert len(keys) >= 3, "the precomputed frontier of fig6_ftree has several points"
+    first = f.points[f.default()]
+    assert first.applications, "the default point transforms the graph"
+    page.wait_for_function("() => document.querySelector('#plan-caption').innerText.includes('point')")
+    peak0 = text(page, "#plan-peak")
+    page.wait_for_function(_cy("cy.nodes('.mk-fission, .mk-remat, .mk-swap').length > 0"), arg=["graph", None])
+    m0 = marked(page)
+    shot(page, "app_plan_slider")
+    # to the right end: PyTorch eager, no transformation, nothing marked
+    handle = page.locator("#plan-slider [role=slider]").first
+    handle.focus()
+    page.keyboard.press("End")
+    page.wait_for_function("(p) => document.querySelector('#plan-peak').innerText.trim() !== p", arg=peak0)
+    assert text(page, "#plan-method") == "PyTorch eager"
+    assert "+0.0% vs eager" in text(page, "#plan-cards")
+    page.wait_for_function(_cy("cy.nodes('.mk-fission, .mk-remat, .mk-swap').length === 0"), arg=["graph", None])
+    # to the left end: the least memory on the frontier
+    page.keyboard.press("Home")
+    low = f.points[keys[0]]
+    page.wait_for_function("(k) => document.querySelector('#plan-caption').innerText.startsWith('point ' + k + ':')",
+                           arg=keys[0])
+    assert f"{low.peak / f.points[f.baseline()].peak:.3f}x eager" in text(page, "#plan-peak").replace("\n", " ") \
+        or f"{low.peak / f.points[f.baseline()].peak:.3f}x" in text(page, "#plan-cards")
+    assert sum(marked(page).values()) > 0 and m0
+
+
+def test_pareto_click_selects_a_peer_and_shows_its_memory_and_hotspots(page, server):
+    _url, app = server
+    f = app.magis_state.plans.frontier(f"sample:{SAMPLE}")
+    page.click("text=Pareto frontier")
+    page.wait_for_selector("#pareto .scatterlayer .trace")
+    page.wait_for_selector("#plan-memory .scatterlayer .trace")
+    names = page.evaluate("() => document.getElementById('pareto').querySelector('.js-plotly-plot')"
+                          ".data.map(t => t.name)")
+    assert {"MAGIS", "PyTorch eager", "DTR"} <= set(names), names
+    dtr = next(k for k, p in enumerate(f.points) if p.method == "dtr")
+    # a click on the DTR marker (plotly's own click event, as the mouse gives it)
+    page.evaluate("""(key) => {
+        const gd = document.getElementById('pareto').querySelector('.js-plotly-plot');
+        const i = gd.data.findIndex(t => t.name === 'DTR');
+        const j = gd.data[i].customdata.indexOf(key);
+        const pt = {curveNumber: i, pointNumber: j, customdata: key, x: gd.data[i].x[j], y: gd.data[i].y[j]};
+        gd.emit('plotly_click', {points: [pt]});
+    }""", dtr)
+    page.wait_for_function("() => document.querySelector('#plan-method').innerText.trim() === 'DTR'")
+    page.wait_for_function("() => document.querySelectorAll('#plan-hotspots tbody tr').length > 1")
+    assert "DTR" in text(page, "#plan-caption")
+    shot(page, "app_pareto")
+
+
+def test_rule_steps_forward_back_and_play(page, server):
+    page.click("text=Rule steps")
+    page.wait_for_selector("#step-title")
+    page.wait_for_function("() => document.querySelectorAll('#step-table tbody tr').length > 1")
+    n = int(re.search(r"of (\d+)", text(page, "#step-title")).group(1))
+    assert n >= 2
+    assert text(page, "#step-title") == f"step {n} of {n}"  # the plan as it ends
+    page.click("#step-back")
+    page.wait_for_function("(t) => document.querySelector('#step-title').innerText.trim() === t",
+                           arg=f"step {n - 1} of {n}")
+    details = text(page, "#step-details")
+    assert "re-ordered into" in details and "→" in details
+    page.wait_for_selector("#step-memory .scatterlayer .trace")
+    shot(page, "app_steps")
+    page.click("#step-first")
+    page.wait_for_function("() => document.querySelector('#step-title').innerText.trim().startsWith('step 0')")
+    page.click("#step-play")
+    page.wait_for_function("() => document.querySelector('#step-title').innerText.trim().startsWith('step 2')",
+                           timeout=TIMEOUT)
+    page.click("#step-play")  # pause
+    page.wait_for_function("() => document.querySelector('#step-play').innerText.trim() === 'play'")
+    here = text(page, "#step-title")
+    page.wait_for_timeout(1500)  # longer than a play tick: paused, it stays
+    assert text(page, "#step-title") == here
+
+
+def test_optimize_shows_progress_and_cancel_keeps_the_best(page, server):
+    _url, app = server
+    page.click("text=Pareto frontier")
+    page.click("#opt-run")
+    page.wait_for_function("() => document.querySelector('#opt-status').innerText.includes('optimizing')")
+    page.wait_for_function("() => /iteration \\d+/.test(document.querySelector('#opt-status').innerText)")
+    shot(page, "app_optimize_running")
+    page.click("#opt-cancel")
+    page.wait_for_function("() => document.querySelector('#opt-status').innerText.startsWith('finished')")
+    page.wait_for_function("() => document.querySelector('#frontier-source').innerText.includes('optimized here')")
+    assert "cancelled" in text(page, "#frontier-source")
+    f = app.magis_state.plans.frontier(f"sample:{SAMPLE}")
+    assert any(p.method == "magis" for p in f.points) and any(p.method == "dtr" for p in f.points)
+    page.wait_for_selector("#plan-cards .card")
+    shot(page, "app_optimize_done")
+
+
+def test_bad_limit_and_foreign_plan_file_are_messages(page, server, tmp_path):
+    page.click("text=Pareto frontier")
+    page.fill("#fit-limit", "1KiB")
+    page.press("#fit-limit", "Enter")
+    page.wait_for_selector(".msg-error")
+    assert "no plan on the frontier has a peak under 1.00 KiB" in text(page, "#messages")
+    page.click("#msg-close")
+    # a plan file made for another graph
+    from core.search.plan import Plan, PlanFile, plans_to_bytes
+    from core.search.wl_hash import graph_hash
+    from sample_graphs.store import load_sample_graph
+
+    other = load_sample_graph("fig2_skip")
+    path = tmp_path / "other.plan.json"
+    path.write_bytes(plans_to_bytes(PlanFile(other.name, graph_hash(other), "rtx3090",
+                                             [Plan("eager", [], [], 1, 1.0)])))
+    page.set_input_files("#plan-upload input[type=file]", str(path))
+    page.wait_for_selector(".msg-error")
+    assert "made for graph" in text(page, "#messages")
+    # not JSON at all
+    page.click("#msg-close")
+    bad = tmp_path / "junk.json"
+    bad.write_bytes(base64.b64encode(b"\x00\x01 not a plan"))
+    page.set_input_files("#plan-upload input[type=file]", str(bad))
+    page.wait_for_selector(".msg-error")
+    assert "Could not open 'junk.json'" in text(page, "#messages")
+    shot(page, "app_plan_errors")
+    # the page still works: the slider still selects plans
+    assert text(page, "#plan-cards")
