@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 
-from dash import Dash, Input, Output, State, ctx, dcc, html, no_update
+from dash import Dash, Input, Output, Patch, State, ctx, dcc, html, no_update
 from dash.exceptions import PreventUpdate
 
 from core.cost import DEVICES
@@ -33,26 +33,27 @@ METHOD_STYLE = {  # method -> (label, colour, marker symbol)
     "checkmate": ("Checkmate", "#dc2626", "star"),
 }
 OPT_BUDGETS = [10, 30, 60, 120]
+PLAN_POINTS = 500  # points per memory curve of a plan (the Memory analysis tab draws up to figures.MAX_POINTS)
 VIEW_WAIT = 5.0  # seconds a callback waits for a point's view before saying it is being built
 
 
 # ---- pure builders ---------------------------------------------------------------------------------
 def slider_of(f: Frontier) -> dict:
-    """Slider props and the position -> point table: positions are the peaks as a fraction of eager's."""
+    """Slider props: one stop per frontier point (peak ascending, evenly spaced: clustered points stay
+    reachable), labelled with its peak as a fraction of eager's; stop i is point ``keys[i]``."""
     base = f.points[f.baseline()]
     keys = f.slider()
-    pos = [round(f.points[k].peak / base.peak, 6) if base.peak else 1.0 for k in keys]
-    marks = {}
-    last = None
-    for p in pos:
-        if last is None or abs(p - last) > 0.045:  # labels that do not overlap
-            marks[p] = {"label": f"{p:.2f}x"}
-            last = p
-        else:
-            marks[p] = {"label": " "}  # a stop without a label (an empty one shows the value)
-    return {"gid": f.gid, "version": f.version, "positions": pos, "keys": keys,
-            "min": min(pos + [0.0]), "max": max(pos + [1.0]), "marks": marks,
-            "default": pos[keys.index(f.default())], "default_key": f.default()}
+    ratios = [f.points[k].peak / base.peak if base.peak else 1.0 for k in keys]
+    marks: dict[int, dict] = {}
+    last_i, last_r = -10, -1.0  # the last labelled stop
+    for i, r in enumerate(ratios):
+        show = i in (0, len(ratios) - 1) or (r - last_r > 0.06 and i - last_i >= 2)
+        marks[i] = {"label": f"{r:.2f}x" if show else " "}  # " ": a stop without a label (empty shows the value)
+        if show:
+            last_i, last_r = i, r
+    d = keys.index(f.default())
+    return {"gid": f.gid, "version": f.version, "keys": keys, "ratios": [round(r, 4) for r in ratios],
+            "min": 0, "max": max(len(keys) - 1, 0), "marks": marks, "default": d, "default_key": keys[d]}
 
 
 def pareto_figure(f: Frontier, selected: int | None, running: list[tuple[int, float]] | None = None) -> dict:
@@ -139,7 +140,7 @@ def plan_memory_figure(base_sim, v: PointView, xmode: str, device: str) -> dict:
     main = figures.Curve(f"plan {v.key}", v.sim.memory, v.sim.start, v.sim.latency)
     base = figures.Curve("eager", base_sim.memory, base_sim.start, base_sim.latency)
     cap = DEVICES[device].memory_bytes if device in DEVICES else None
-    fig = figures.memory_figure(v.graph, [main, base], xmode, capacity=cap)
+    fig = figures.memory_figure(v.graph, [main, base], xmode, max_points=PLAN_POINTS, capacity=cap)
     fig["layout"]["uirevision"] = "plan-memory"
     return fig
 
@@ -172,15 +173,16 @@ def plan_bar() -> html.Section:
                   html.Span("drag along the memory/latency frontier (peak as a fraction of PyTorch eager's)",
                             className="muted small")], className="planbar-head"),
         html.Div([
-            html.Div(dcc.Slider(id="plan-slider", min=0, max=1, step=None, value=1, marks={1: "1.00x"},
+            html.Div(dcc.Slider(id="plan-slider", min=0, max=0, step=1, value=0, marks={0: "1.00x"},
                                 included=False, updatemode="drag"), className="plan-slider"),
             html.Div(id="plan-caption", className="plan-caption small"),
         ], className="planbar-row"),
         html.Div(id="plan-cards", className="cards plan-cards"),
-        dcc.Store(id="plan-points"),  # slider_of(): positions -> point keys
+        dcc.Store(id="plan-points"),  # slider_of(): stop i -> point keys[i]
         dcc.Store(id="plan"),  # {gid, version, key}: the selected point
         dcc.Store(id="plan-marks"),  # {gid, version, key, marks: {imported op id: kind}}
         dcc.Store(id="plan-marked"),
+        dcc.Store(id="pareto-drawn"),  # [gid, version] of the frontier the Pareto figure shows
     ], className="panel planbar")
 
 
@@ -249,9 +251,7 @@ def pareto_tab() -> dcc.Tab:
 # ---- in the browser --------------------------------------------------------------------------------
 SLIDER_TO_PLAN = """function(value, pts, cur) {
     if (!pts || value === null || value === undefined) { return window.dash_clientside.no_update; }
-    let best = 0, d = Infinity;
-    pts.positions.forEach((p, i) => { const e = Math.abs(p - value); if (e < d) { d = e; best = i; } });
-    const key = pts.keys[best];
+    const key = pts.keys[Math.max(0, Math.min(pts.keys.length - 1, Math.round(value)))];
     if (cur && cur.gid === pts.gid && cur.version === pts.version && cur.key === key) {
         return window.dash_clientside.no_update;
     }
@@ -288,6 +288,7 @@ MARK_PLAN = """function(marks, _els, _tab, table) {
             if (x && !x.hasClass("mk-" + kind)) { x.addClass("mk-" + kind); n += 1; }
         }
     });
+    cy.scratch("magisPlanKey", ok ? marks.key : null);  // which plan the marks show (for tests, timings)
     return n;
 }"""
 
@@ -311,7 +312,7 @@ def register(app: Dash, state: AppState, guarded, show_message) -> None:
             if not fit:
                 raise PreventUpdate
             key = fit_point(f, fit)
-            value = s["positions"][s["keys"].index(key)]
+            value = s["keys"].index(key)
             return no_update, no_update, no_update, no_update, value, \
                 {"gid": gid, "version": f.version, "key": key}, no_update
         return s, s["min"], s["max"], s["marks"], value, {"gid": gid, "version": f.version, "key": key}, src
@@ -345,14 +346,15 @@ def register(app: Dash, state: AppState, guarded, show_message) -> None:
         key = pts[0]["customdata"]
         plans.view(gid, key, wait=0)
         s = slider_of(f)
-        value = s["positions"][s["keys"].index(key)] if key in s["keys"] else no_update
+        value = s["keys"].index(key) if key in s["keys"] else no_update
         return {"gid": gid, "version": f.version, "key": key}, value
 
     @app.callback(Output("plan-cards", "children"), Output("plan-caption", "children"), Output("plan-marks", "data"),
                   Output("plan-memory", "figure"), Output("plan-hotspots", "data"), Output("pareto", "figure"),
-                  Input("plan", "data"), Input("plan-xmode", "value"), State("device", "value"))
-    @guarded(6)
-    def on_plan(sel, xmode, device):
+                  Output("pareto-drawn", "data"),
+                  Input("plan", "data"), Input("plan-xmode", "value"), State("pareto-drawn", "data"))
+    @guarded(7)
+    def on_plan(sel, xmode, drawn):
         if not sel:
             raise PreventUpdate
         gid = sel["gid"]
@@ -372,10 +374,17 @@ def register(app: Dash, state: AppState, guarded, show_message) -> None:
                    f"{len(v.plan.applications)} rule applications · {v.copies()} swap copies")
         if ctx.triggered_id == "plan-xmode":
             return (no_update, no_update, no_update, plan_memory_figure(base.sim, v, xmode, dev),
-                    no_update, no_update)
+                    no_update, no_update, no_update)
         rows = figures.hotspot_rows(v.graph, v.hot)
+        now = [gid, f.version]
+        if drawn == now:  # the page shows this frontier already: move the selection ring only
+            pareto = Patch()
+            pareto["data"][-1]["x"] = [v.plan.peak]
+            pareto["data"][-1]["y"] = [v.plan.latency * 1e3]
+        else:
+            pareto = pareto_figure(f, key)
         return (plan_cards(f, v, dev), caption, marks_of(v, gid, f.version),
-                plan_memory_figure(base.sim, v, xmode, dev), rows, pareto_figure(f, key))
+                plan_memory_figure(base.sim, v, xmode, dev), rows, pareto, now)
 
     app.clientside_callback(MARK_PLAN, Output("plan-marked", "data"), Input("plan-marks", "data"),
                             Input("graph", "elements"), Input("tabs", "value"), State("paths", "data"))
@@ -405,21 +414,24 @@ def register(app: Dash, state: AppState, guarded, show_message) -> None:
     @app.callback(Output("opt-status", "children", allow_duplicate=True), Output("opt-poll", "disabled",
                                                                                  allow_duplicate=True),
                   Output("pareto", "figure", allow_duplicate=True), Output("frontier-version", "data"),
+                  Output("pareto-drawn", "data", allow_duplicate=True),
                   Input("opt-poll", "n_intervals"), State("model", "value"), State("plan", "data"),
                   prevent_initial_call=True)
-    @guarded(4)
+    @guarded(5)
     def on_poll(_n, gid, sel):
         job = plans.job(gid)
         if job is None:
-            return "", True, no_update, no_update
+            return "", True, no_update, no_update, no_update
         st = job.status()
         if job.error:
             show_message(f"optimization of {state.label(gid)} failed: {job.error}")
         f = plans.frontier(gid)
         if job.done:
-            return job_line(st), True, no_update, {"gid": gid, "version": f.version}
+            return job_line(st), True, no_update, {"gid": gid, "version": f.version}, None
         key = sel["key"] if sel and sel.get("gid") == gid and sel.get("version") == f.version else None
-        return job_line(st), False, pareto_figure(f, key, list(job.frontier)), no_update
+        # without a selection the figure has no ring to move: the next selection redraws it
+        return job_line(st), False, pareto_figure(f, key, list(job.frontier)), no_update, \
+            [gid, f.version] if key is not None else None
 
     @app.callback(Output("frontier-version", "data", allow_duplicate=True), Output("plan-upload", "contents"),
                   Input("plan-upload", "contents"), State("plan-upload", "filename"), State("model", "value"),

@@ -119,6 +119,33 @@ def tab() -> dcc.Tab:
     ], className="tab-body"), label="Rule steps", value="steps")
 
 
+# the step buttons, the play timer and a click on a row move the index in the browser: one round trip
+# (the step's details and curves) per step
+STEP = """function(_f, _b, _fw, _l, _p, _t, cell, cur, stopped) {
+    const no = window.dash_clientside.no_update;
+    if (!cur || !cur.count) { return [no, no, no]; }
+    const trig = window.dash_clientside.callback_context.triggered_id;
+    const n = cur.count;
+    let i = cur.index, playing = !stopped;
+    if (trig === "step-play") {
+        playing = !playing;
+        if (playing && i >= n - 1) { i = -1; }  // play from the start
+    } else if (trig === "step-timer") {
+        if (i >= n - 1) { return [no, true, "play"]; }
+        i += 1;
+        if (i >= n - 1) { playing = false; }
+    } else if (trig === "step-table") {
+        if (!cell || cell.row === undefined || cell.row === null) { return [no, no, no]; }
+        i = cell.row;
+    } else {
+        i = {"step-first": -1, "step-back": Math.max(-1, i - 1), "step-fwd": Math.min(n - 1, i + 1),
+             "step-last": n - 1}[trig];
+        playing = false;
+    }
+    return [Object.assign({}, cur, {index: i}), !playing, playing ? "pause" : "play"];
+}"""
+
+
 def register(app: Dash, state, guarded, show_message) -> None:
     plans = state.plans
 
@@ -144,38 +171,13 @@ def register(app: Dash, state, guarded, show_message) -> None:
         return ({"gid": gid, "version": f.version, "key": key, "index": start, "count": len(steps)},
                 step_rows(steps), True, f"{len(steps)} steps" if steps else "this plan changes nothing: no steps")
 
-    @app.callback(Output("step", "data", allow_duplicate=True), Output("step-timer", "disabled"),
-                  Output("step-play", "children"),
-                  Input("step-first", "n_clicks"), Input("step-back", "n_clicks"), Input("step-fwd", "n_clicks"),
-                  Input("step-last", "n_clicks"), Input("step-play", "n_clicks"), Input("step-timer", "n_intervals"),
-                  Input("step-table", "active_cell"), State("step", "data"), State("step-timer", "disabled"),
-                  prevent_initial_call=True)
-    @guarded(3)
-    def on_step(_f, _b, _fw, _l, _p, _t, cell, cur, stopped):
-        if not cur or not cur.get("count"):
-            raise PreventUpdate
-        n, i = cur["count"], cur["index"]
-        trig = ctx.triggered_id
-        playing = not stopped
-        if trig == "step-play":
-            playing = not playing
-            if playing and i >= n - 1:
-                i = -1  # play from the start
-        elif trig == "step-timer":
-            if i >= n - 1:
-                return no_update, True, "play"
-            i += 1
-        elif trig == "step-table":
-            if not cell or cell.get("row") is None:
-                raise PreventUpdate
-            i = int(cell["row"])
-        else:
-            i = {"step-first": -1, "step-back": max(-1, i - 1), "step-fwd": min(n - 1, i + 1),
-                 "step-last": n - 1}[trig]
-            playing = False
-        if trig == "step-timer" and i >= n - 1:
-            playing = False
-        return {**cur, "index": i}, not playing, "pause" if playing else "play"
+    app.clientside_callback(STEP, Output("step", "data", allow_duplicate=True), Output("step-timer", "disabled"),
+                            Output("step-play", "children"),
+                            Input("step-first", "n_clicks"), Input("step-back", "n_clicks"),
+                            Input("step-fwd", "n_clicks"), Input("step-last", "n_clicks"),
+                            Input("step-play", "n_clicks"), Input("step-timer", "n_intervals"),
+                            Input("step-table", "active_cell"), State("step", "data"),
+                            State("step-timer", "disabled"), prevent_initial_call=True)
 
     @app.callback(Output("step-details", "children"), Output("step-memory", "figure"), Input("step", "data"))
     @guarded(2)

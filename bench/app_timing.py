@@ -1,6 +1,7 @@
 """Web-app timings measured in headless Chromium: first render, model switch, and interactions.
 
     python bench/app_timing.py [--runs 3] [--big gpt_neo_1_3b] [--extra btlm_3b]
+    python bench/app_timing.py --plans [bert_base gpt_neo_1_3b]   # the optimizer's views
 
 Serves the app from a thread (127.0.0.1, free port), drives it with playwright and prints one row per
 action with the median (and max) wall time from the action to the page showing its result:
@@ -18,6 +19,12 @@ action with the median (and max) wall time from the action to the page showing i
 Every run is made twice, interleaved: with plotly.js's basic distribution (what the app serves once
 ``python -m app.bundle`` has fetched it; ``make install`` does) and with Dash's full bundle, the
 baseline; the table shows them side by side.
+
+``--plans``: a server started on each model, until its plan cards show (opening with the frontier);
+one slider stop there and back with the Memory analysis tab in view (until the plan cards and the
+graph's marks show the new point) and with the Pareto tab in view (cards, the selected point on the
+frontier, the plan's memory curve and hot-spots); two rule steps back.  Targets: <= 2 s to open,
+<= 150 ms a slider step or a rule step.  Writes bench/results/app_plan_timing.json.
 
 Targets (from the issue): first render of bert_tiny < 2 s, switching to gpt_neo_1_3b < 5 s,
 interactions < 300 ms.  Writes bench/results/app_timing.json as well.
@@ -112,7 +119,7 @@ def plot_xy(pg, step: int, value: float) -> tuple[float, float]:
 # overhead (finding the target, actionability checks: 60-100 ms here) is not counted
 INPUT_CLOCK = """() => { window.__t_in = null; window.__t_out = null;
   if (window.__clock) { return; } window.__clock = true;
-  for (const ev of ['pointerdown', 'pointermove']) {
+  for (const ev of ['pointerdown', 'pointermove', 'keydown']) {
     document.addEventListener(ev, e => { if (window.__t_in === null) { window.__t_in = e.timeStamp; } }, true);
   } }"""
 
@@ -212,7 +219,12 @@ def main() -> int:
     ap.add_argument("--json", default=str(ROOT / "bench" / "results" / "app_timing.json"))
     ap.add_argument("--screenshot", metavar="PNG", help="also save the README screenshot here "
                     "(e.g. assets/screenshot.png) and exit")
+    ap.add_argument("--plans", nargs="*", metavar="MODEL", help="time the optimizer's views instead (plan slider, "
+                    "rule steps, opening with a frontier) on these models (default: bert_base gpt_neo_1_3b)")
     a = ap.parse_args()
+    if a.plans is not None:
+        return plans_main(a.plans or ["bert_base", "gpt_neo_1_3b"], a.runs,
+                          str(ROOT / "bench" / "results" / "app_plan_timing.json"))
     if not Path(CHROMIUM).exists():
         print(f"{CHROMIUM} missing: apt-get install -y chromium chromium-driver")
         return 1
@@ -342,6 +354,131 @@ def main() -> int:
         print(line + "  " + ok)
     Path(a.json).parent.mkdir(parents=True, exist_ok=True)
     Path(a.json).write_text(json.dumps(out, indent=1))
+    return 0
+
+
+
+# ---- the optimizer's views (issue: slider drag and rule step <= 150 ms, a sample with its frontier <= 2 s) ----
+PLAN_SHOWN = "(k) => (document.querySelector('#plan-caption')?.innerText || '').startsWith('point ' + k + ':')"
+MARKS_SHOWN = cyjs("cy.scratch('magisPlanKey') === arg")
+PARETO_SHOWN = """([k, peak]) => {
+    const gd = document.querySelector('#pareto .js-plotly-plot'), mem = document.querySelector('#plan-memory .js-plotly-plot');
+    if (!gd || !mem || !gd.data || !mem.data) return false;
+    const sel = gd.data.find(t => t.name === 'selected');
+    return !!sel && sel.x[0] === peak && mem.data.some(t => (t.legendgrouptitle?.text || '').startsWith('plan ' + k + ':'))
+        && document.querySelectorAll('#plan-hotspots tbody tr').length > 1;
+}"""
+
+
+def plan_timings(browser, create_app, model: str, runs: int) -> dict[str, list[float]]:
+    """Open ``model`` on a fresh server until its plan cards show; then slider steps (one stop, with
+    the Memory analysis tab and with the Pareto tab in view) and rule steps, timed in the page."""
+    from werkzeug.serving import make_server
+
+    out: dict[str, list[float]] = {}
+
+    def rec(name: str, s: float) -> None:
+        out.setdefault(name, []).append(s)
+
+    for _ in range(runs):
+        app = create_app(initial_sample=model)
+        state = app.magis_state
+        srv = make_server("127.0.0.1", 0, app.server, threaded=True)
+        threading.Thread(target=srv.serve_forever, daemon=True).start()
+        ctx = browser.new_context(viewport={"width": 1400, "height": 1000})
+        pg = ctx.new_page()
+        pg.set_default_timeout(TIMEOUT)
+        t0 = time.perf_counter()
+        pg.goto(f"http://127.0.0.1:{srv.server_port}/")
+        pg.wait_for_selector("#plan-cards .card", timeout=TIMEOUT)
+        ready(pg, model)
+        rec(f"open {model} with its frontier (cold server)", time.perf_counter() - t0)
+        gid = f"sample:{model}"
+        f = state.plans.frontier(gid)
+        keys, k0 = f.slider(), f.default()
+        for k in keys:  # every slider point's view is built (the page prefetches them on open)
+            state.plans.view(gid, k, wait=None)
+        i = keys.index(k0)
+        pg.wait_for_function(MARKS_SHOWN, arg=["graph", k0], polling="raf")
+        handle = pg.locator("#plan-slider [role=slider]").first
+        moves = [("ArrowRight", +1) if i + 1 < len(keys) else ("ArrowLeft", -1)]
+        moves.append(("ArrowLeft", -1) if moves[0][1] > 0 else ("ArrowRight", +1))
+        for key, d in moves:  # there and back, on the Memory analysis tab: cards + graph marks
+            i += d
+            handle.focus()
+            rec("slider step: cards + graph marks", page_time(
+                pg, f"(k) => ({PLAN_SHOWN})(k) && ({MARKS_SHOWN})(['graph', k])", keys[i], pg.keyboard.press, key))
+        pg.click("text=Pareto frontier")
+        pg.wait_for_function(PARETO_SHOWN, arg=[keys[i], f.points[keys[i]].peak], polling="raf")
+        for key, d in moves:
+            i += d
+            handle.focus()
+            rec("slider step: cards, Pareto, memory, hot-spots", page_time(
+                pg, f"([k, p]) => ({PLAN_SHOWN})(k) && ({PARETO_SHOWN})([k, p])", [keys[i], f.points[keys[i]].peak],
+                pg.keyboard.press, key))
+        # rule steps of the default point (at least two applications: pick one that has them)
+        target = next((k for k in [k0, *keys] if len(f.points[k].applications) >= 2), None)
+        if target is not None:
+            handle.focus()
+            while keys[i] != target:
+                d = 1 if keys.index(target) > i else -1
+                pg.keyboard.press("ArrowRight" if d > 0 else "ArrowLeft")
+                i += d
+            pg.wait_for_function(PLAN_SHOWN, arg=target, polling="raf")
+            state.plans.steps(gid, target, wait=None)
+            pg.click("text=Rule steps")
+            n = len(f.points[target].applications)
+            pg.wait_for_function("(t) => (document.querySelector('#step-title')?.innerText || '').trim() === t",
+                                 arg=f"step {n} of {n}", polling="raf")
+            for j in (n - 1, n - 2):
+                btn = pg.locator("#step-back")
+                rec("rule step (back)", page_time(
+                    pg, "([t, name]) => (document.querySelector('#step-title')?.innerText || '').trim() === t && "
+                    "(document.querySelector('#step-memory .js-plotly-plot')?.data || [{}])[0].name === name",
+                    [f"step {j} of {n}" if j > 0 else "step 0 of " + str(n), f"before step {j}"] if j > 0 else
+                    ["step 0 of " + str(n), None], btn.click))
+        ctx.close()
+        srv.shutdown()
+        state.shutdown()
+    return out
+
+
+def plans_main(models: list[str], runs: int, json_path: str) -> int:
+    from playwright.sync_api import sync_playwright
+
+    from app.main import create_app
+
+    rows: dict[str, dict[str, list[float]]] = {}
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=FLAGS)
+        for m in models:
+            rows[m] = plan_timings(browser, create_app, m, runs)
+            print(f"{m} done", file=sys.stderr, flush=True)
+        browser.close()
+    targets = {"open": 2.0, "slider": 0.15, "rule step": 0.15}
+    load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
+    print(f"\nMAGIS Studio optimizer views, headless Chromium, {runs} run(s) per model; {os.cpu_count()} CPUs, "
+          f"load average {load}; page time from the input event to the frame showing every view updated\n")
+    head = f"{'action':<48}" + "".join(f"{m + ' med':>20}{'max':>8}" for m in models) + "  target"
+    print(head)
+    print("-" * (len(head) + 6))
+    names = list(dict.fromkeys(n.replace(m, "MODEL") for m in models for n in rows[m]))
+    out = []
+    for name in names:
+        target = next((t for k, t in targets.items() if name.startswith(k)), None)
+        line = f"{name:<48}"
+        meds = []
+        for m in models:
+            vals = rows[m].get(name.replace("MODEL", m), [])
+            med = statistics.median(vals) if vals else float("nan")
+            meds.append(med)
+            line += f"{med:>20.3f}{max(vals, default=float('nan')):>8.3f}"
+            out.append({"action": name.replace("MODEL", m), "model": m, "median_s": med,
+                        "max_s": max(vals, default=None), "runs": vals, "target_s": target})
+        ok = "" if target is None else (f"< {target:g} s " + ("ok" if all(x < target for x in meds) else "MISSED"))
+        print(line + "  " + ok)
+    Path(json_path).parent.mkdir(parents=True, exist_ok=True)
+    Path(json_path).write_text(json.dumps(out, indent=1))
     return 0
 
 
