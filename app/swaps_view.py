@@ -1,15 +1,318 @@
-"""(being built)"""
+"""The "Swaps" tab: when the selected plan's copies to and from host memory run, and what they cost.
+
+One figure, two rows on a shared time axis (ms of simulated time): on top the two streams of the
+simulator (``core.simulate``) -- the compute stream as its busy intervals (consecutive ops with no
+gap between them drawn as one bar) with the waits for a LOAD in red, and the copy stream with one
+bar per STORE (device -> host) and LOAD (host -> device); below, the device memory over time of the
+plan and of PyTorch's eager order.  A summary line above says how much the copies moved and how
+long compute waited for them.
+"""
 
 from __future__ import annotations
 
-from dash import Dash, dcc, html
+import threading
+from collections import OrderedDict
+from dataclasses import dataclass
 
-from .state import AppState
+import numpy as np
+from dash import Dash, Input, Output, State, ctx, dcc, html, no_update
+from dash.exceptions import PreventUpdate
+
+from core.fmt import format_bytes
+from core.ir.graph import Graph, NodeKind, TRef
+from core.search.plan import PlanError
+
+from . import figures
+from .plans import Frontier, PointView
+from .state import AppError, AppState
+
+VIEW_WAIT = 5.0  # seconds a callback waits for a point's view before polling for it
+LANES = {"compute": 1, "copy": 0}  # y of each lane in the top row
+BAR_WIDTH = 0.56
+COLORS = {"compute": "#94a3b8", "wait": "#dc2626", "store": "#f59e0b", "load": "#2563eb",
+          "plan": "#7c3aed", "eager": "#111827"}
+KIND_TEXT = {NodeKind.STORE: ("STORE", "device → host"), NodeKind.LOAD: ("LOAD", "host → device")}
+CURVES_KEPT = 8  # memory-over-time curves kept (a point's and eager's are redrawn on every visit)
+
+_curves: OrderedDict[int, tuple[object, tuple[np.ndarray, np.ndarray]]] = OrderedDict()
+_curves_lock = threading.Lock()
 
 
+def memory_curve(v: PointView) -> tuple[np.ndarray, np.ndarray]:
+    """``v.sim.memory_over_time()``, remembered for the last few simulations (it rebuilds the
+    storage table: half a second on a 9k-op graph)."""
+    sim = v.sim
+    with _curves_lock:
+        hit = _curves.get(id(sim))
+        if hit is not None and hit[0] is sim:
+            _curves.move_to_end(id(sim))
+            return hit[1]
+    curve = sim.memory_over_time()
+    with _curves_lock:
+        _curves[id(sim)] = (sim, curve)
+        while len(_curves) > CURVES_KEPT:
+            _curves.popitem(last=False)
+    return curve
+
+
+# ---- what the figure draws -------------------------------------------------------------------------
+@dataclass
+class Copy:
+    step: int
+    kind: NodeKind  # STORE or LOAD
+    node: str  # the copy node's name
+    tensor: str  # the tensor it copies (its producer's name, [output index] when not 0)
+    nbytes: int
+    start: float  # seconds
+    end: float
+
+
+@dataclass
+class Busy:
+    """Consecutive compute steps with no gap between them."""
+
+    first: int  # schedule steps
+    last: int
+    ops: int
+    start: float
+    end: float
+
+
+@dataclass
+class Wait:
+    """The compute stream idle before ``step``, waiting for the copy at ``blocker`` (a LOAD)."""
+
+    step: int
+    blocker: int | None
+    start: float
+    end: float
+
+
+def _tensor(g: Graph, r: TRef) -> str:
+    node = g.nodes[r.node]
+    return node.name if r.index == 0 else f"{node.name}[{r.index}]"
+
+
+def copied_tensor(g: Graph, nid: int) -> str:
+    """The tensor a STORE or LOAD copies: a STORE's input, a LOAD's STORE's input."""
+    node = g.nodes[nid]
+    r = node.inputs()[0]
+    src = g.nodes.get(r.node)
+    if node.kind == NodeKind.LOAD and src is not None and src.kind == NodeKind.STORE and src.inputs():
+        r = src.inputs()[0]
+    return _tensor(g, r)
+
+
+def copies_of(v: PointView) -> list[Copy]:
+    """Every copy step of the plan's schedule, in schedule order."""
+    g, sim = v.graph, v.sim
+    out = []
+    for i, nid in enumerate(sim.order):
+        node = g.nodes[nid]
+        if node.kind in KIND_TEXT:
+            out.append(Copy(i, node.kind, node.name, copied_tensor(g, nid), int(node.outputs[0].nbytes),
+                            float(sim.start[i]), float(sim.end[i])))
+    return out
+
+
+def compute_lanes(v: PointView) -> tuple[list[Busy], list[Wait]]:
+    """The compute stream as busy intervals and the waits between them (each with the input it
+    waited for: the one that became ready last).  The waits add up to ``sim.compute_wait``."""
+    g, sim = v.graph, v.sim
+    pos = {nid: i for i, nid in enumerate(sim.order)}
+    busy: list[Busy] = []
+    waits: list[Wait] = []
+    t = 0.0
+    for i, nid in enumerate(sim.order):
+        if sim.stream[i] != "compute":
+            continue
+        s, e = float(sim.start[i]), float(sim.end[i])
+        if s > t:
+            ready = [(float(sim.end[pos[r.node]]), pos[r.node]) for r in g.nodes[nid].inputs() if r.node in pos]
+            waits.append(Wait(i, max(ready)[1] if ready else None, t, s))
+        if busy and s <= t:
+            b = busy[-1]
+            b.last, b.ops, b.end = i, b.ops + 1, e
+        else:
+            busy.append(Busy(i, i, 1, s, e))
+        t = e
+    return busy, waits
+
+
+def swap_summary(v: PointView) -> str:
+    """One line: the copies, the bytes they move each way, and the compute stream's wait for them."""
+    cs = copies_of(v)
+    if not cs:
+        return "this plan moves no tensors to host memory"
+    st = [c for c in cs if c.kind == NodeKind.STORE]
+    ld = [c for c in cs if c.kind == NodeKind.LOAD]
+    wait, lat = v.sim.compute_wait, v.sim.latency
+    share = wait / lat * 100 if lat else 0.0
+    return (f"{len(st)} store{'s' * (len(st) != 1)} ({format_bytes(sum(c.nbytes for c in st))} device → host) · "
+            f"{len(ld)} load{'s' * (len(ld) != 1)} ({format_bytes(sum(c.nbytes for c in ld))} host → device) · "
+            f"compute waits {figures.fmt_seconds(wait)} for loads ({share:.2f}% of the "
+            f"{figures.fmt_seconds(lat)} latency)")
+
+
+def swap_points(f: Frontier) -> list[int]:
+    """Keys of the frontier's points whose applications swap a tensor."""
+    return [k for k, p in enumerate(f.points) if any(a.rule == "swap" for a in p.applications)]
+
+
+def no_swaps_text(f: Frontier | None = None) -> str:
+    text = "this plan moves no tensors to host memory; pick a point with swaps"
+    if f is None:
+        return text
+    keys = swap_points(f)
+    if not keys:
+        return text + " (no point of this frontier has any: run the optimizer, or open a plan file with swaps)"
+    shown = ", ".join(map(str, keys[:8])) + (", ..." if len(keys) > 8 else "")
+    return text + f" (point{'s' * (len(keys) > 1)} {shown} of this frontier swap; click one in the Pareto tab)"
+
+
+def _ms(t: float) -> float:
+    return t * 1e3
+
+
+def _bars(items: list, y: int, meta: str, name: str, color: str, hover: list[str]) -> dict:
+    return {"type": "bar", "orientation": "h", "xaxis": "x", "yaxis": "y", "meta": meta, "name": name,
+            "y": [y] * len(items), "base": [_ms(c.start) for c in items],
+            "x": [_ms(c.end - c.start) for c in items], "width": BAR_WIDTH,
+            "marker": {"color": color, "line": {"color": color, "width": 1}},
+            "hovertext": hover, "hovertemplate": "%{hovertext}<extra></extra>", "textposition": "none"}
+
+
+def _step_curve(times, live, name: str, meta: str, color: str, dash: str, max_points: int) -> dict:
+    """Bytes alive over time as a step line: one point per distinct time (the bytes after all of its
+    events: frees come first, so the peak is kept), downsampled keeping the peak."""
+    last = np.flatnonzero(np.r_[times[1:] != times[:-1], True]) if len(times) else np.zeros(0, np.int64)
+    times, live = times[last], live[last]
+    idx = figures.downsample_indices(live, max_points)
+    return {"type": "scatter", "mode": "lines", "xaxis": "x", "yaxis": "y2", "meta": meta,
+            "name": f"{name} (peak {format_bytes(int(live.max()) if len(live) else 0)})",
+            "x": [_ms(float(t)) for t in times[idx]], "y": live[idx].tolist(),
+            "text": [format_bytes(int(b)) for b in live[idx]],
+            "hovertemplate": f"{name}: %{{text}} at %{{x:.3f}} ms<extra></extra>",
+            "line": {"color": color, "width": 1.6, "shape": "hv", "dash": dash}}
+
+
+def swap_timeline_figure(v: PointView, base: PointView | None, device: str = "",
+                         max_points: int = 2 * figures.MAX_POINTS) -> dict:
+    """The compute and copy streams (top) and the memory over time (bottom) of the plan ``v``, with
+    the eager point ``base``'s memory as a dotted line; a plain-dict plotly figure."""
+    g, sim = v.graph, v.sim
+    data: list[dict] = []
+    busy, waits = compute_lanes(v)
+    data.append(_bars(busy, LANES["compute"], "compute", "compute (busy)", COLORS["compute"], [
+        f"<b>compute</b> {_ms(b.start):.3f}–{_ms(b.end):.3f} ms<br>steps {b.first}–{b.last} ({b.ops} ops)"
+        for b in busy]))
+    if waits:
+        hover = []
+        for w in waits:
+            op = g.nodes[sim.order[w.step]].name
+            if w.blocker is not None and g.nodes[sim.order[w.blocker]].kind == NodeKind.LOAD:
+                lid = sim.order[w.blocker]
+                what = f"waits for LOAD <i>{g.nodes[lid].name}</i> ({copied_tensor(g, lid)}, step {w.blocker})"
+            elif w.blocker is not None:
+                what = f"waits for <i>{g.nodes[sim.order[w.blocker]].name}</i> (step {w.blocker})"
+            else:
+                what = "waits"
+            hover.append(f"<b>wait</b> {figures.fmt_seconds(w.end - w.start)}: {what}<br>"
+                         f"before <i>{op}</i> (step {w.step}), {_ms(w.start):.3f}–{_ms(w.end):.3f} ms")
+        data.append(_bars(waits, LANES["compute"], "wait", "wait for a load", COLORS["wait"], hover))
+    cs = copies_of(v)
+    for kind, meta in ((NodeKind.STORE, "store"), (NodeKind.LOAD, "load")):
+        items = [c for c in cs if c.kind == kind]
+        if not items:
+            continue
+        word, way = KIND_TEXT[kind]
+        data.append(_bars(items, LANES["copy"], meta, f"{word} ({way})", COLORS[meta], [
+            f"<b>{word}</b> {way}: <i>{c.tensor}</i><br>{format_bytes(c.nbytes)} · "
+            f"{_ms(c.start):.3f}–{_ms(c.end):.3f} ms ({figures.fmt_seconds(c.end - c.start)})<br>"
+            f"{c.node}, step {c.step}" for c in items]))
+    times, live = memory_curve(v)
+    data.append(_step_curve(times, live, f"plan {v.key}", "memory-plan", COLORS["plan"], "solid", max_points))
+    top = float(live.max()) if len(live) else 0.0
+    end = sim.latency
+    if base is not None and base is not v:
+        bt, bl = memory_curve(base)
+        data.append(_step_curve(bt, bl, "eager", "memory-eager", COLORS["eager"], "dot", max_points))
+        top = max(top, float(bl.max()) if len(bl) else 0.0)
+        end = max(end, base.sim.latency)
+    tickvals, ticktext = figures.binary_ticks(top * 1.1 if top else 1)
+    notes = []
+    if not cs:
+        notes.append({"xref": "paper", "yref": "y", "x": 0.5, "y": LANES["copy"], "showarrow": False,
+                      "text": "no copies: this plan keeps every tensor on the device",
+                      "font": {"size": 11, "color": "#6b7280"}})
+    layout = {
+        "template": "plotly_white", "barmode": "overlay", "hovermode": "closest", "bargap": 0,
+        "margin": {"l": 70, "r": 10, "t": 20, "b": 45},
+        "legend": {"orientation": "h", "y": -0.16, "font": {"size": 11}},
+        "xaxis": {"anchor": "y2", "title": {"text": f"simulated time (ms{', ' + device if device else ''})"},
+                  "range": [0, _ms(end) * 1.01 if end else 1], "showspikes": True, "spikemode": "across",
+                  "spikethickness": 1, "spikecolor": "#999", "spikedash": "dot", "zeroline": False},
+        "yaxis": {"domain": [0.64, 1.0], "range": [-0.6, 1.6], "tickvals": list(LANES.values()),
+                  "ticktext": list(LANES), "fixedrange": True, "showgrid": False, "zeroline": False},
+        "yaxis2": {"domain": [0.0, 0.56], "title": {"text": "device memory"}, "range": [0, top * 1.1 if top else 1],
+                   "tickvals": tickvals, "ticktext": ticktext, "zeroline": False},
+        "annotations": notes, "uirevision": f"swaps-{v.key}",
+    }
+    return {"data": data, "layout": layout}
+
+
+# ---- layout ----------------------------------------------------------------------------------------
 def tab() -> dcc.Tab:
-    return dcc.Tab(html.Div("", className="tab-body"), label="swaps_view", value="swaps_view")
+    return dcc.Tab(html.Div([
+        html.Section([
+            html.Div([html.H3("Swaps of the selected plan"),
+                      html.Span("top: the compute and copy streams (hover a bar) · bottom: device memory over "
+                                "time, the plan and PyTorch eager", className="muted hint")],
+                     className="panel-head"),
+            html.Div(id="swaps-summary", className="swaps-summary"),
+            dcc.Graph(id="swaps-timeline", config={"displaylogo": False, "responsive": True},
+                      style={"height": "470px"}),
+            dcc.Store(id="swaps-shown"),  # the plan selection the figure shows
+            dcc.Interval(id="swaps-poll", interval=800, disabled=True),  # while the point's view is built
+        ], className="panel swaps-panel"),
+    ], className="tab-body"), label="Swaps", value="swaps")
 
 
+# ---- callbacks -------------------------------------------------------------------------------------
 def register(app: Dash, state: AppState, guarded, show_message) -> None:
-    pass
+    plans = state.plans
+
+    @app.callback(Output("swaps-summary", "children"), Output("swaps-timeline", "figure"),
+                  Output("swaps-shown", "data"), Output("swaps-poll", "disabled"),
+                  Input("plan", "data"), Input("tabs", "value"), Input("swaps-poll", "n_intervals"),
+                  State("swaps-shown", "data"))
+    @guarded(4)
+    def on_swaps(sel, tab_value, _n, shown):
+        if tab_value != "swaps" or not sel:
+            raise PreventUpdate  # drawn when the tab is open
+        if ctx.triggered_id == "tabs" and shown == sel:
+            raise PreventUpdate
+        gid = sel["gid"]
+        f = plans.frontier(gid)
+        if sel.get("version") != f.version:
+            raise PreventUpdate
+        key = sel["key"]
+        try:
+            v = plans.view(gid, key, wait=VIEW_WAIT)
+            base = plans.view(gid, f.baseline(), wait=VIEW_WAIT) if v is not None else None
+        except (AppError, PlanError) as e:  # the point does not replay: say so once, stop polling
+            show_message(f"point {key} of {state.label(gid)}: {e}")
+            return html.Span(f"point {key} cannot be drawn", className="muted"), no_update, no_update, True
+        if v is None or base is None:
+            text = html.Span(f"building the view of point {key} of {state.label(gid)} ...", className="muted")
+            return text, no_update, no_update, False
+        fig = swap_timeline_figure(v, base, f.device)
+        if v.copies():
+            summary = html.Span(swap_summary(v), id="swaps-line")
+        else:
+            summary = html.Span(no_swaps_text(f), id="swaps-line", className="swaps-none")
+        return summary, fig, sel, True
+
+
+__all__ = ["Busy", "Copy", "Wait", "compute_lanes", "copies_of", "memory_curve", "no_swaps_text", "register", "swap_summary",
+           "swap_timeline_figure", "tab"]

@@ -42,9 +42,11 @@ def test_slider_walks_the_non_dominated_points_peak_ascending():
     assert f.default() == 1
     assert f.default(overhead=0.25) == 0
     s = slider_of(f)
-    assert s["positions"] == [0.5, 0.6, 0.8, 1.0] and s["keys"] == [0, 1, 3, 5]
-    assert s["default"] == 0.6 and s["default_key"] == 1
-    assert all(m["label"].strip() for m in s["marks"].values())  # 0.1 apart: every stop labelled
+    assert s["ratios"] == [0.5, 0.6, 0.8, 1.0] and s["keys"] == [0, 1, 3, 5]
+    assert s["min"] == 0 and s["max"] == 3
+    assert s["default"] == 1 and s["default_key"] == 1
+    # labels never crowd: the ends always, between them at least two stops and 0.06 apart
+    assert [m["label"] for m in s["marks"].values()] == ["0.50x", " ", "0.80x", "1.00x"]
 
 
 def test_pareto_figure_has_a_trace_per_method_with_point_keys():
