@@ -281,6 +281,8 @@ def stylesheet(dom: bool = False) -> list[dict]:
                                                "outline-offset": 1, "outline-style": "dashed"}},
         {"selector": "node.ft-sel", "style": {"underlay-color": "#7c3aed", "underlay-opacity": 0.35,
                                               "underlay-padding": 6}},
+        # an op of the picked F-Tree node's S drawn as itself: its label gets the split dimension
+        {"selector": "node.ft-sel[ftlabel]", "style": {"label": "data(ftlabel)", "color": "#5b21b6"}},
         {"selector": "node.live", "style": {
             "border-color": "#2563eb", "border-width": 4, "border-style": "double",
             "underlay-color": "#60a5fa", "underlay-opacity": 0.45, "underlay-padding": 5}},
@@ -294,4 +296,27 @@ def stylesheet(dom: bool = False) -> list[dict]:
         {"selector": "edge.multi", "style": {"width": "mapData(count, 2, 60, 1.5, 6)"}},
         {"selector": "edge.rev", "style": {"target-arrow-shape": "none", "source-arrow-shape": "triangle",
                                            "source-arrow-color": "#6b7280"}},
+    ]
+
+
+def ftree_stylesheet() -> list[dict]:
+    """The F-Tree view: nodes coloured by heat; the selected plan's enabled F-Trans (n > 1) with a thick
+    purple border (the colour of the plan's fission marks), the candidates (n = 1) dashed grey."""
+    return [
+        {"selector": "node", "style": {
+            "label": "data(label)", "shape": "round-rectangle", "width": "data(width)", "height": 44,
+            "background-color": "data(color)", "color": "data(fg)", "font-size": 10, "text-wrap": "wrap",
+            "text-valign": "center", "text-halign": "center", "text-max-width": 300,
+            "border-width": 1.5, "border-color": "#6b7280", "min-zoomed-font-size": 4}},
+        {"selector": "node.ft-cand", "style": {"border-style": "dashed"}},
+        {"selector": "node.ft-enabled", "style": {"border-color": "#7c3aed", "border-width": 4,
+                                                  "font-weight": "bold", "outline-color": "#ddd6fe",
+                                                  "outline-width": 3}},
+        {"selector": "node.ft-root", "style": {"shape": "ellipse", "background-color": "#f3f4f6",
+                                               "color": "#374151", "height": 24, "border-color": "#9ca3af"}},
+        {"selector": "node.ft-cur", "style": {"overlay-color": "#111827", "overlay-opacity": 0.14,
+                                              "overlay-padding": 5, "underlay-color": "#7c3aed",
+                                              "underlay-opacity": 0.35, "underlay-padding": 6, "z-index": 99}},
+        {"selector": "edge", "style": {"width": 1.2, "line-color": "#9ca3af", "target-arrow-color": "#6b7280",
+                                       "target-arrow-shape": "triangle", "curve-style": "bezier"}},
     ]

@@ -14,7 +14,7 @@ from dash.dash_table.Format import Format
 from core.cost import DEFAULT_DEVICE, DEVICES
 
 from . import optimizer_view
-from .cyto import DOM_LAYOUT, LAYOUT, stylesheet
+from .cyto import DOM_LAYOUT, LAYOUT, ftree_stylesheet, stylesheet
 from .figures import HOTSPOT_COLUMNS
 from .panels import details_hint
 from .state import AppState
@@ -71,16 +71,39 @@ def graph_panel(init: dict) -> html.Section:
 
 
 def side_panel(init: dict) -> html.Section:
+    """The dominator tree or (toggle in the head) the F-Tree, above the details of what is picked."""
+    from .ftree_view import CANDIDATE_TEXT, ENABLED_TEXT, FTREE_LAYOUT, ftree_hint
+
     return html.Section([
-        html.Div([html.H3("Dominator tree"),
-                  html.Span("from the activation input; in sync with the graph · ▾N: N more ops it dominates "
-                            "(click it to show them)", className="muted hint")],
+        html.Div([dcc.RadioItems(id="side-view", value="domtree", inline=True, className="side-view", options=[
+                      {"label": "dominator tree", "value": "domtree"}, {"label": "F-Tree", "value": "ftree"}])],
                  className="panel-head"),
-        cyto.Cytoscape(id="domtree", elements=init.get("domtree", []), layout=init.get("dom-layout", DOM_LAYOUT),
-                       stylesheet=stylesheet(dom=True), autoRefreshLayout=False, minZoom=0.05, maxZoom=1.3,
-                       wheelSensitivity=0.25, autounselectify=True, boxSelectionEnabled=False,
-                       style={"width": "100%", "height": "280px"}),
-        html.Div(init.get("dom-info"), id="dom-info", className="muted small"),
+        html.Div([
+            html.Span("from the activation input; in sync with the graph · ▾N: N more ops it dominates "
+                      "(click it to show them)", className="muted hint"),
+            cyto.Cytoscape(id="domtree", elements=init.get("domtree", []), layout=init.get("dom-layout", DOM_LAYOUT),
+                           stylesheet=stylesheet(dom=True), autoRefreshLayout=False, minZoom=0.05, maxZoom=1.3,
+                           wheelSensitivity=0.25, autounselectify=True, boxSelectionEnabled=False,
+                           style={"width": "100%", "height": "280px"}),
+            html.Div(init.get("dom-info"), id="dom-info", className="muted small"),
+        ], id="domtree-box", className="side-box"),
+        html.Div([
+            html.Div([html.Span("candidate F-Trans of Algorithm 1, nested S under S · colour: heat · ▾N: N more "
+                                "below (click the node)", className="muted"),
+                      html.Span(ENABLED_TEXT, className="lg-ft-on"), html.Span(CANDIDATE_TEXT, className="lg-ft-cand")],
+                     className="legend ftree-legend"),
+            cyto.Cytoscape(id="ftree", elements=[], layout=FTREE_LAYOUT, stylesheet=ftree_stylesheet(),
+                           autoRefreshLayout=False, minZoom=0.05, maxZoom=1.6, wheelSensitivity=0.25,
+                           autounselectify=True, boxSelectionEnabled=False,
+                           style={"width": "100%", "height": "320px"}),
+            html.Div(id="ftree-status", className="muted small"),
+            html.Div(ftree_hint(), id="ftree-info", className="details-box ftree-info"),
+            dcc.Interval(id="ftree-poll", interval=700, disabled=True),
+            dcc.Store(id="ftree-drawn"),  # {gid, tok, enabled, open}: what the F-Tree view draws
+            dcc.Store(id="ftree-open"),  # {gid, open: [F-Tree node ids, -1: the roots]}: children drawn
+            dcc.Store(id="ftree-s"),  # {gid, fid, dims: {op id: split dim}}: the picked node's S
+            dcc.Store(id="ftree-marked"),  # written by the clientside marker of S in the graph
+        ], id="ftree-box", className="side-box", style={"display": "none"}),
         html.Div(details_hint(), id="details", className="details-box"),
     ], className="panel side-panel")
 

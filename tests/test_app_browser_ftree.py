@@ -1,0 +1,217 @@
+"""The F-Tree view in headless Chromium (playwright): switch the side panel to the F-Tree, click a
+node with the mouse, and see its details and its sub-graph S outlined in the computation graph.
+
+The app (``fig6_ftree``: a small F-Tree, and a precomputed frontier whose first point enables one of
+its nodes) is served from a thread; the screenshot goes to ``test-artifacts/app_ftree.png``.
+Skipped (with the reason) only when /usr/bin/chromium is missing.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+CHROMIUM = "/usr/bin/chromium"
+FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+         "--disable-component-update", "--disable-sync", "--no-first-run", "--disable-quic",
+         "--window-size=1280,900"]
+ARTIFACTS = Path(__file__).resolve().parents[1] / "test-artifacts"
+TIMEOUT = 60_000  # ms: the CI machine may be busy
+GID = "sample:fig6_ftree"
+
+pytestmark = [pytest.mark.browser]
+
+CY = """(id) => { const root = document.getElementById(id); if (!root) return null;
+  const el = [root, ...root.querySelectorAll('*')].find(e => e._cyreg && e._cyreg.cy);
+  return el ? el._cyreg.cy : null; }"""
+
+
+def _cy(js: str) -> str:
+    """Wrap ``js`` (an expression using ``cy`` and ``arg``) into a page function of [id, arg]."""
+    return f"([id, arg]) => {{ const cy = ({CY})(id); if (!cy) return null; return ({js}); }}"
+
+
+# ---- fixtures -------------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def server():
+    if not Path(CHROMIUM).exists():
+        pytest.skip(f"{CHROMIUM} is not installed (apt-get install -y chromium chromium-driver)")
+    from werkzeug.serving import make_server
+
+    from app.main import create_app
+
+    app = create_app(initial_sample="fig6_ftree")
+    srv = make_server("127.0.0.1", 0, app.server, threaded=True)
+    thread = threading.Thread(target=srv.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{srv.server_port}/", app
+    srv.shutdown()
+    app.magis_state.shutdown()
+
+
+@pytest.fixture(scope="module")
+def browser(server):
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        b = p.chromium.launch(executable_path=CHROMIUM, args=FLAGS, headless=True)
+        yield b
+        b.close()
+
+
+@pytest.fixture
+def page(browser, server):
+    url, _app = server
+    ctx = browser.new_context(viewport={"width": 1400, "height": 1000})
+    pg = ctx.new_page()
+    pg.set_default_timeout(TIMEOUT)
+    errors: list[str] = []
+    pg.on("pageerror", lambda e: errors.append(str(e)))
+    pg.goto(url)
+    pg.wait_for_selector("#summary .card", timeout=TIMEOUT)
+    wait_cy_stable(pg, "graph")
+    pg.js_errors = errors
+    yield pg
+    ctx.close()
+
+
+# ---- helpers --------------------------------------------------------------------------------------
+def cy_eval(pg, elem: str, js: str, arg=None):
+    return pg.evaluate(_cy(js), [elem, arg])
+
+
+def wait_cy_stable(pg, elem: str, min_nodes: int = 1) -> None:
+    """Wait until the cytoscape view has nodes and its layout has settled."""
+    pg.wait_for_function(_cy(f"cy.nodes().length >= {min_nodes}"), arg=[elem, None], timeout=TIMEOUT)
+    snap = _cy("cy.nodes().map(n => n.id() + ':' + Math.round(n.position('x')) + ',' + "
+               "Math.round(n.position('y'))).join('|')")
+    last, deadline = None, time.time() + TIMEOUT / 1000
+    while time.time() < deadline:
+        cur = pg.evaluate(snap, [elem, None])
+        if cur == last:
+            return
+        last = cur
+        pg.wait_for_timeout(300)
+    raise AssertionError(f"{elem} layout never settled")
+
+
+def tap(pg, elem: str, filter_js: str) -> dict:
+    """Click (with the real mouse) the first node of cytoscape ``elem`` matching the JS predicate
+    ``filter_js`` over ``n``; returns the node's data."""
+    pg.locator(f"#{elem}").scroll_into_view_if_needed()
+    found = cy_eval(pg, elem, f"""(() => {{
+        const n = cy.nodes().filter(n => ({filter_js}))[0];
+        if (!n) return null;
+        cy.center(n);
+        const p = n.renderedPosition();
+        const root = cy.container().getBoundingClientRect();
+        return {{x: root.left + p.x, y: root.top + p.y, data: n.data()}};
+    }})()""")
+    assert found is not None, f"no node in #{elem} matches {filter_js}"
+    pg.mouse.click(found["x"], found["y"])
+    return found["data"]
+
+
+# ---- the test -------------------------------------------------------------------------------------
+def test_ftree_view_click_highlights_s_in_the_graph(page, server):
+    _url, app = server
+    state = app.magis_state
+    from app.ftree_view import cache_of
+
+    ft = cache_of(state).get(GID, wait=30).ftree
+    assert not page.locator("#ftree-box").is_visible() and page.locator("#domtree-box").is_visible()
+
+    page.locator("#side-view").get_by_text("F-Tree").click()
+    page.wait_for_selector("#ftree-box", state="visible")
+    assert not page.locator("#domtree-box").is_visible()
+    wait_cy_stable(page, "ftree", len(ft.nodes))
+    assert cy_eval(page, "ftree", "cy.nodes().filter(n => n.data('fid') !== undefined).length") == len(ft.nodes)
+    several = len(ft.roots()) > 1  # then they hang under a synthetic root
+    assert cy_eval(page, "ftree", "cy.edges().length") == len(ft.nodes) - (0 if several else 1)
+    assert cy_eval(page, "ftree", "cy.nodes('.ft-root').length") == (1 if several else 0)
+    # the frontier's first point (selected at load) enables one node: n = 2
+    page.wait_for_function(_cy("cy.nodes('.ft-enabled').length === 1"), arg=["ftree", None])
+    assert "n = 2" in cy_eval(page, "ftree", "cy.nodes('.ft-enabled')[0].data('label')")
+    assert "candidate F-Trans" in page.locator("#ftree-status").inner_text()
+    legend = page.locator(".ftree-legend").inner_text()
+    assert "enabled (n > 1) in the selected plan" in legend and "candidate (n = 1)" in legend
+
+    # click the smallest nested candidate of a few ops
+    pick = min((f for f in ft.nodes if f.parent is not None and len(f.split.nodes) >= 3),
+               key=lambda f: len(f.split.nodes))
+    d = tap(page, "ftree", f"n.data('fid') === {pick.id}")
+    assert d["fid"] == pick.id
+    page.wait_for_selector(f"#ftree-info [data-fid='{pick.id}']")
+    info = page.locator("#ftree-info").inner_text()
+    g = state.entry(GID).graph
+    assert f"F-Tree node #{pick.id}" in info and "split dimension" in info and g[pick.dominator].name in info
+    assert f"{len(pick.split.nodes)} ops" in info
+    page.wait_for_function(_cy("cy.nodes('.ft-sel').length > 0"), arg=["graph", None])
+    n_sel = cy_eval(page, "graph", "cy.nodes('.ft-sel').length")
+    assert n_sel >= 1
+    assert cy_eval(page, "ftree", "cy.nodes('.ft-cur').map(n => n.data('fid'))") == [pick.id]
+    # every op of S is outlined, as itself or as the collapsed group that holds it
+    s_ids = sorted(pick.split.nodes)
+    covered = cy_eval(page, "graph", """(() => {
+        const sel = cy.nodes('.ft-sel');
+        const ops = new Set(sel.filter(n => n.data('nid') !== undefined).map(n => n.data('nid')));
+        const groups = sel.filter(n => n.data('group') !== undefined).map(n => n.data('group'));
+        return [Array.from(ops), groups];
+    })()""")
+    tree = state.entry(GID).tree
+    from app.cyto import path_str
+
+    for v in s_ids:
+        p = path_str(tree.path_of[v])
+        assert v in covered[0] or any(p == gp or p.startswith(gp + "/") for gp in covered[1]), g[v].name
+    cy_eval(page, "ftree", "(cy.fit(undefined, 10), true)")  # tap() centred the clicked node
+    page.wait_for_timeout(300)
+    ARTIFACTS.mkdir(exist_ok=True)
+    page.locator(".row-graph").screenshot(path=str(ARTIFACTS / "app_ftree.png"))
+    page.screenshot(path=str(ARTIFACTS / "app_ftree_page.png"), full_page=True)
+
+    # back to the dominator tree: S is no longer outlined and the tree is drawn at its size
+    page.locator("#side-view").get_by_text("dominator tree").click()
+    page.wait_for_selector("#domtree-box", state="visible")
+    page.wait_for_function(_cy("cy.nodes('.ft-sel').length === 0"), arg=["graph", None])
+    assert cy_eval(page, "domtree", "cy.width() > 100 && cy.height() > 100")
+    assert not page.js_errors, page.js_errors
+
+
+def test_a_slow_ftree_says_it_is_being_built_then_appears(page, server, monkeypatch):
+    """Algorithm 1 takes seconds on the paper-size graphs: the view says so and polls."""
+    import re
+
+    import app.ftree_view as fv
+
+    slow = fv.build_ftree
+
+    def build(*a, **kw):
+        time.sleep(fv.BUILD_WAIT + 1.5)
+        return slow(*a, **kw)
+
+    monkeypatch.setattr(fv, "build_ftree", build)
+    page.locator("#side-view").get_by_text("F-Tree").click()
+    wait_cy_stable(page, "ftree")
+    page.locator("#model").click()
+    page.get_by_role("option", name=re.compile(r"^bert_tiny")).first.click()
+    page.wait_for_function("() => document.querySelector('#ftree-status').innerText.includes('building the F-Tree')")
+    page.wait_for_function(_cy("cy.nodes().length === 0"), arg=["ftree", None])  # not the previous model's tree
+    page.wait_for_function("() => document.querySelector('#ftree-status').innerText.includes('candidate F-Trans')")
+    ft = fv.cache_of(server[1].magis_state).get("sample:bert_tiny", wait=0).ftree
+    assert len(ft.nodes) > fv.FT_FULL_MAX  # drawn in part: a click on a node draws its children
+    wait_cy_stable(page, "ftree")
+    assert page.locator("#ftree-info").inner_text().startswith("Click a node of the F-Tree")
+    fids = "cy.nodes().filter(n => n.data('fid') !== undefined).map(n => n.data('fid'))"
+    before = set(cy_eval(page, "ftree", fids))
+    assert len(before) < len(ft.nodes) and "showing" in page.locator("#ftree-status").inner_text()
+    d = tap(page, "ftree", "n.data('fid') !== undefined && n.data('below') > 0")
+    assert "▾" in d["label"]
+    kids = set(ft.nodes[d["fid"]].children)
+    page.wait_for_function(_cy(f"({fids}).length === arg"), arg=["ftree", len(before | kids)])
+    assert set(cy_eval(page, "ftree", fids)) == before | kids
+    page.wait_for_selector(f"#ftree-info [data-fid='{d['fid']}']")  # and it is picked
+    assert not page.js_errors, page.js_errors
