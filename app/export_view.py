@@ -227,7 +227,8 @@ def register(app: Dash, state: AppState, guarded, show_message) -> None:
                   Output("export-verify-note", "children"),
                   Output("export-verify-result", "children", allow_duplicate=True),
                   Output("export-verify-status", "children", allow_duplicate=True),
-                  Input("plan", "data"), State("export-verify-of", "data"), prevent_initial_call="initial_duplicate")
+                  Input("plan-export", "data"), State("export-verify-of", "data"),
+                  prevent_initial_call="initial_duplicate")
     @guarded(7)
     def on_export_plan(sel, of):
         if not sel:

@@ -394,7 +394,7 @@ def register(app: Dash, state: AppState, guarded, show_message) -> None:
 
     @app.callback(Output("ftree", "elements"), Output("ftree", "layout"), Output("ftree-status", "children"),
                   Output("ftree-poll", "disabled"), Output("ftree-drawn", "data"),
-                  Input("model", "value"), Input("plan-marks", "data"), Input("side-view", "value"),
+                  Input("model", "value"), Input("plan-marks-ftree", "data"), Input("side-view", "value"),
                   Input("ftree-open", "data"), Input("ftree-poll", "n_intervals"), State("ftree-drawn", "data"),
                   prevent_initial_call=True)
     @guarded(5)
@@ -404,7 +404,7 @@ def register(app: Dash, state: AppState, guarded, show_message) -> None:
             if drawn and drawn.get("gid") != gid:
                 return [], no_update, "", True, None
             raise PreventUpdate
-        if drawn and drawn.get("gid") == gid and drawn.get("error") and ctx.triggered_id in ("plan-marks",
+        if drawn and drawn.get("gid") == gid and drawn.get("error") and ctx.triggered_id in ("plan-marks-ftree",
                                                                                               "ftree-poll"):
             raise PreventUpdate  # not again for every plan picked
         entry = state.entry(gid)
@@ -436,7 +436,7 @@ def register(app: Dash, state: AppState, guarded, show_message) -> None:
         return {"gid": gid, "open": sorted(set(cur) | {int(tap.get("fid", -1))})}
 
     @app.callback(Output("ftree-info", "children"), Output("ftree-s", "data"),
-                  Input("ftree", "tapNodeData"), Input("model", "value"), Input("plan-marks", "data"),
+                  Input("ftree", "tapNodeData"), Input("model", "value"), Input("plan-marks-ftree", "data"),
                   State("ftree-s", "data"), prevent_initial_call=True)
     @guarded(2)
     def on_ftree_pick(tap, gid, marks, cur):

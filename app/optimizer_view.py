@@ -33,8 +33,10 @@ METHOD_STYLE = {  # method -> (label, colour, marker symbol)
     "checkmate": ("Checkmate", "#dc2626", "star"),
 }
 OPT_BUDGETS = [10, 30, 60, 120]
-PLAN_POINTS = 500  # points per memory curve of a plan (the Memory analysis tab draws up to figures.MAX_POINTS)
-VIEW_WAIT = 5.0  # seconds a callback waits for a point's view before saying it is being built
+PLAN_POINTS = 300  # points per memory curve of a plan (the Memory analysis tab draws up to figures.MAX_POINTS)
+GATED_TABS = ("pareto", "steps", "swaps", "export")
+HOT_ROWS = 60  # the largest tensors at the plan's peak listed (five pages of the table)
+PLAN_WAIT = 0.3  # seconds a callback waits for a point's view before showing the plan file's numbers and polling
 
 
 # ---- pure builders ---------------------------------------------------------------------------------
@@ -116,22 +118,26 @@ def _hover(p, base) -> str:
             f"({(p.latency / base.latency - 1) * 100:+.1f}%)<br>{len(p.applications)} rule applications")
 
 
-def plan_cards(f: Frontier, v: PointView, device: str) -> list:
+def plan_cards(f: Frontier, key: int, v: PointView | None, device: str) -> list:
+    """The plan bar's cards of point ``key``: its numbers from the plan file at once, what it does to
+    the graph once its view (``v``) is built."""
     base = f.points[f.baseline()]
-    p = v.plan
-    c = v.counts
+    p = f.points[key]
     name = METHOD_STYLE.get(p.method, (p.method,))[0]
     cap = DEVICES[device].memory_bytes if device in DEVICES else None
-    fits = "" if cap is None else ("fits" if v.sim.peak <= cap else "does not fit") + f" on {device}"
+    fits = "" if cap is None else ("fits" if p.peak <= cap else "does not fit") + f" on {device}"
+    if v is None:
+        what = "replaying its rule applications ..."
+    else:
+        c = v.counts
+        what = f"{c['fission']} ops in fission regions · {c['remat']} recomputed · {c['swap']} swapped"
     return [
-        _card("plan", f"{name}", p.label or f"point {v.key}", kind="model", id_="plan-method"),
-        _card("plan peak", format_bytes(v.sim.peak), f"{v.sim.peak / base.peak:.3f}x eager · {fits}",
+        _card("plan", f"{name}", p.label or f"point {key}", kind="model", id_="plan-method"),
+        _card("plan peak", format_bytes(p.peak), f"{p.peak / base.peak:.3f}x eager · {fits}",
               id_="plan-peak", kind="peak"),
-        _card("plan latency", figures.fmt_seconds(v.sim.latency),
-              f"{(v.sim.latency / base.latency - 1) * 100:+.1f}% vs eager", id_="plan-latency"),
-        _card("transformations", f"{len(p.applications)} steps",
-              f"{c['fission']} ops in fission regions · {c['remat']} recomputed · {c['swap']} swapped",
-              id_="plan-counts"),
+        _card("plan latency", figures.fmt_seconds(p.latency),
+              f"{(p.latency / base.latency - 1) * 100:+.1f}% vs eager", id_="plan-latency"),
+        _card("transformations", f"{len(p.applications)} steps", what, id_="plan-counts"),
     ]
 
 
@@ -182,7 +188,12 @@ def plan_bar() -> html.Section:
         dcc.Store(id="plan"),  # {gid, version, key}: the selected point
         dcc.Store(id="plan-marks"),  # {gid, version, key, marks: {imported op id: kind}}
         dcc.Store(id="plan-marked"),
-        dcc.Store(id="pareto-drawn"),  # [gid, version] of the frontier the Pareto figure shows
+        # the selected point as each tab sees it: passed on in the browser only while the tab is shown,
+        # so a slider drag costs no server round trip for the views that are hidden
+        *[dcc.Store(id=f"plan-{t}") for t in GATED_TABS],
+        dcc.Store(id="plan-marks-ftree"),
+        dcc.Store(id="pareto-drawn"),
+        dcc.Interval(id="plan-poll", interval=500, disabled=True),  # while the selected point's view is built  # [gid, version] of the frontier the Pareto figure shows
     ], className="panel planbar")
 
 
@@ -237,7 +248,8 @@ def pareto_tab() -> dcc.Tab:
         ], className="panel"),
         html.Section([
             html.Div([html.H3("Hot-spots of the selected plan"),
-                      html.Span("tensors alive at the plan's peak", className="muted hint")], className="panel-head"),
+                      html.Span(f"the {HOT_ROWS} largest tensors alive at the plan's peak", className="muted hint")],
+                     className="panel-head"),
             _table(id="plan-hotspots", columns=[{"name": n, "id": c} for c, n in figures.HOTSPOT_COLUMNS],
                    data=[], sort_action="native", page_action="native", page_size=10,
                    style_table={"overflowX": "auto"},
@@ -256,6 +268,13 @@ SLIDER_TO_PLAN = """function(value, pts, cur) {
         return window.dash_clientside.no_update;
     }
     return {gid: pts.gid, version: pts.version, key: key};
+}"""
+
+GATE = """function(plan, tab) {
+    return tab === "%s" && plan ? plan : window.dash_clientside.no_update;
+}"""
+GATE_FTREE = """function(marks, view) {
+    return view === "ftree" && marks ? marks : window.dash_clientside.no_update;
 }"""
 
 MARK_PLAN = """function(marks, _els, _tab, table) {
@@ -305,7 +324,7 @@ def register(app: Dash, state: AppState, guarded, show_message) -> None:
     def on_frontier(gid, _version, fit):
         f = plans.frontier(gid)
         s = slider_of(f)
-        plans.prefetch(gid, first=(s["default_key"],))
+        plans.prefetch(gid, around=s["default_key"])
         src = f"{f.source} · {len(f.points)} points, {len(s['keys'])} on the frontier"
         value, key = s["default"], s["default_key"]
         if ctx.triggered_id == "fit-limit":
@@ -344,47 +363,66 @@ def register(app: Dash, state: AppState, guarded, show_message) -> None:
             raise PreventUpdate
         f = plans.frontier(gid)
         key = pts[0]["customdata"]
-        plans.view(gid, key, wait=0)
+        plans.prefetch(gid, around=key)
         s = slider_of(f)
         value = s["keys"].index(key) if key in s["keys"] else no_update
         return {"gid": gid, "version": f.version, "key": key}, value
 
-    @app.callback(Output("plan-cards", "children"), Output("plan-caption", "children"), Output("plan-marks", "data"),
-                  Output("plan-memory", "figure"), Output("plan-hotspots", "data"), Output("pareto", "figure"),
-                  Output("pareto-drawn", "data"),
-                  Input("plan", "data"), Input("plan-xmode", "value"), State("pareto-drawn", "data"))
-    @guarded(7)
-    def on_plan(sel, xmode, drawn):
+    def selected(sel) -> tuple[Frontier, str, int]:
         if not sel:
             raise PreventUpdate
-        gid = sel["gid"]
-        f = plans.frontier(gid)
+        f = plans.frontier(sel["gid"])
         if sel.get("version") != f.version:
             raise PreventUpdate  # a newer frontier is on its way
-        key = sel["key"]
-        v = plans.view(gid, key, wait=VIEW_WAIT)
+        return f, sel["gid"], sel["key"]
+
+    @app.callback(Output("plan-cards", "children"), Output("plan-caption", "children"), Output("plan-marks", "data"),
+                  Output("plan-poll", "disabled"),
+                  Input("plan", "data"), Input("plan-poll", "n_intervals"))
+    @guarded(4)
+    def on_plan(sel, _poll):
+        """The plan bar and the graph's marks: the plan file's numbers at once, the marks when the
+        point's view is built (polled; a slider drag over built views is a lookup)."""
+        f, gid, key = selected(sel)
+        if ctx.triggered_id == "plan":
+            plans.prefetch(gid, around=key)  # the slider's next stops either way
+        v = plans.view(gid, key, wait=PLAN_WAIT)
+        p = f.points[key]
+        caption = (f"point {key}: {METHOD_STYLE.get(p.method, (p.method,))[0]} {p.label} · "
+                   f"{len(p.applications)} rule applications")
         if v is None:
-            show_message(f"building the view of point {key} of {state.label(gid)} ...", "info")
-            raise PreventUpdate
-        base = plans.view(gid, f.baseline(), wait=VIEW_WAIT)
-        if base is None:
-            raise PreventUpdate
-        dev = f.device
-        caption = (f"point {key}: {METHOD_STYLE.get(v.plan.method, (v.plan.method,))[0]} {v.plan.label} · "
-                   f"{len(v.plan.applications)} rule applications · {v.copies()} swap copies")
-        if ctx.triggered_id == "plan-xmode":
-            return (no_update, no_update, no_update, plan_memory_figure(base.sim, v, xmode, dev),
-                    no_update, no_update, no_update)
-        rows = figures.hotspot_rows(v.graph, v.hot)
+            return plan_cards(f, key, None, f.device), caption, no_update, False
+        caption += f" · {v.copies()} swap copies"
+        return plan_cards(f, key, v, f.device), caption, marks_of(v, gid, f.version), True
+
+    @app.callback(Output("plan-memory", "figure"), Output("plan-hotspots", "data"), Output("pareto", "figure"),
+                  Output("pareto-drawn", "data"),
+                  Input("plan-pareto", "data"), Input("plan-xmode", "value"), Input("plan-poll", "n_intervals"),
+                  State("pareto-drawn", "data"))
+    @guarded(4)
+    def on_plan_views(sel, xmode, _poll, drawn):
+        """The Pareto tab's views of the selected plan (drawn while that tab is shown)."""
+        f, gid, key = selected(sel)
         now = [gid, f.version]
         if drawn == now:  # the page shows this frontier already: move the selection ring only
             pareto = Patch()
-            pareto["data"][-1]["x"] = [v.plan.peak]
-            pareto["data"][-1]["y"] = [v.plan.latency * 1e3]
+            pareto["data"][-1]["x"] = [f.points[key].peak]
+            pareto["data"][-1]["y"] = [f.points[key].latency * 1e3]
         else:
             pareto = pareto_figure(f, key)
-        return (plan_cards(f, v, dev), caption, marks_of(v, gid, f.version),
-                plan_memory_figure(base.sim, v, xmode, dev), rows, pareto, now)
+        v = plans.view(gid, key, wait=PLAN_WAIT)
+        base = plans.view(gid, f.baseline(), wait=PLAN_WAIT)
+        if v is None or base is None:  # on_plan polls until the view is built
+            return no_update, no_update, pareto, now
+        if ctx.triggered_id == "plan-xmode":
+            return plan_memory_figure(base.sim, v, xmode, f.device), no_update, no_update, no_update
+        rows = figures.hotspot_rows(v.graph, v.hot)[:HOT_ROWS]
+        return plan_memory_figure(base.sim, v, xmode, f.device), rows, pareto, now
+
+    for t in GATED_TABS:
+        app.clientside_callback(GATE % t, Output(f"plan-{t}", "data"), Input("plan", "data"), Input("tabs", "value"))
+    app.clientside_callback(GATE_FTREE, Output("plan-marks-ftree", "data"), Input("plan-marks", "data"),
+                            Input("side-view", "value"))
 
     app.clientside_callback(MARK_PLAN, Output("plan-marked", "data"), Input("plan-marks", "data"),
                             Input("graph", "elements"), Input("tabs", "value"), State("paths", "data"))

@@ -364,12 +364,17 @@ class PlanStore:
         fut = self._future(self._views, (gid, f.version, k), lambda: build_view(imported, plan, k, f.device))
         return self._result(fut, wait)
 
-    def prefetch(self, gid: str, first: tuple[int, ...] = ()) -> None:
-        """Build the views of the slider's points in the background (the slider then only looks up),
-        ``first`` and the baseline ahead of the others."""
+    def prefetch(self, gid: str, around: int | None = None, reach: int = 2) -> None:
+        """Build in the background the views of point ``around`` (default: the frontier's default),
+        the baseline, and the ``reach`` slider stops on either side -- where a drag goes next.
+        Building them all at once would hold the interpreter while the page first renders."""
         f = self.frontier(gid)
-        for k in dict.fromkeys([*first, f.baseline(), *f.slider()]):
-            self.view(gid, k, wait=0)
+        keys = f.slider()
+        k = f.default() if around is None else around
+        i = keys.index(k) if k in keys else 0
+        near = sorted(keys[max(0, i - reach):i + reach + 1], key=lambda j: abs(keys.index(j) - i))
+        for j in dict.fromkeys([k, f.baseline(), *near]):
+            self.view(gid, j, wait=0)
 
     def steps(self, gid: str, k: int, wait: float | None = None) -> list[Step] | None:
         f = self.frontier(gid)

@@ -151,17 +151,17 @@ def register(app: Dash, state, guarded, show_message) -> None:
 
     @app.callback(Output("step", "data"), Output("step-table", "data"), Output("step-poll", "disabled"),
                   Output("step-status", "children"),
-                  Input("plan", "data"), Input("step-poll", "n_intervals"), State("step", "data"))
+                  Input("plan-steps", "data"), Input("step-poll", "n_intervals"), State("step", "data"))
     @guarded(4)
     def on_plan_steps(sel, _poll, cur):
-        if not sel:
+        if not sel:  # (the selected plan reaches this tab only while it is shown: steps replay a whole plan)
             raise PreventUpdate
         gid, key = sel["gid"], sel["key"]
         f = plans.frontier(gid)
         if sel.get("version") != f.version:
             raise PreventUpdate
         n = len(f.points[key].applications)
-        steps = plans.steps(gid, key, wait=0.05 if ctx.triggered_id == "plan" else 0)
+        steps = plans.steps(gid, key, wait=0.05 if ctx.triggered_id != "step-poll" else 0)
         if steps is None:
             return no_update, [], False, f"replaying {n} rule applications with incremental scheduling ..."
         same = cur and cur.get("gid") == gid and cur.get("version") == f.version and cur.get("key") == key

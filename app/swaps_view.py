@@ -284,13 +284,12 @@ def register(app: Dash, state: AppState, guarded, show_message) -> None:
 
     @app.callback(Output("swaps-summary", "children"), Output("swaps-timeline", "figure"),
                   Output("swaps-shown", "data"), Output("swaps-poll", "disabled"),
-                  Input("plan", "data"), Input("tabs", "value"), Input("swaps-poll", "n_intervals"),
-                  State("swaps-shown", "data"))
+                  Input("plan-swaps", "data"), Input("swaps-poll", "n_intervals"), State("swaps-shown", "data"))
     @guarded(4)
-    def on_swaps(sel, tab_value, _n, shown):
-        if tab_value != "swaps" or not sel:
-            raise PreventUpdate  # drawn when the tab is open
-        if ctx.triggered_id == "tabs" and shown == sel:
+    def on_swaps(sel, _n, shown):
+        if not sel:
+            raise PreventUpdate  # drawn when the tab is open (the selected plan reaches it only then)
+        if ctx.triggered_id == "plan-swaps" and shown == sel:
             raise PreventUpdate
         gid = sel["gid"]
         f = plans.frontier(gid)
