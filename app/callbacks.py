@@ -270,7 +270,14 @@ def first_render(state: AppState, gid: str, device: str = DEFAULT_DEVICE, sched:
     fig, key, pending, failed = memory_of(state, gid, device, sched, compare, xmode)
     dom_els, dom_layout, dom_info = domtree_of(state, view, None, None, hot)
     graph_els, graph_layout = graph_of(state, view, None, hot, heat, None)
-    return {
+    from . import optimizer_view
+
+    try:
+        plan_bar = optimizer_view.initial(state, gid)
+    except Exception as e:  # noqa: BLE001 -- the plan bar's callbacks will say what is wrong
+        log.warning("plan bar of %s: %s", gid, e)
+        plan_bar = {}
+    return plan_bar | {
         "view": view, "hot": hot, "summary": cards, "hotspots": rows, "hot-note": note,
         "memory": fig, "mem-drawn": key, "poll-disabled": not pending,
         "mem-status": ("computing " + ", ".join(pending) + " ...") if pending else "",

@@ -189,7 +189,7 @@ def workspace_tabs(schedules: list[str], init: dict) -> list[dcc.Tab]:
     from . import export_view, optimizer_view, steps_view, swaps_view
 
     return [dcc.Tab(analysis_tab(schedules, init), label="Memory analysis", value="analysis"),
-            optimizer_view.pareto_tab(), steps_view.tab(), swaps_view.tab(), export_view.tab()]
+            optimizer_view.pareto_tab(init), steps_view.tab(), swaps_view.tab(), export_view.tab()]
 
 
 def build_layout(state: AppState, initial: str, init: dict | None = None) -> html.Div:
@@ -201,7 +201,7 @@ def build_layout(state: AppState, initial: str, init: dict | None = None) -> htm
         header(state, initial),
         html.Div(init.get("messages"), id="messages", className="messages"),
         dcc.Loading(html.Div(init.get("summary"), id="summary", className="cards"), type="dot", delay_show=400),
-        optimizer_view.plan_bar(),
+        optimizer_view.plan_bar(init),
         dcc.Store(id="frontier-version"),  # {gid, version}: bumped when a graph's frontier changes
         dcc.Tabs(workspace_tabs(schedules, init), id="tabs", value="analysis", className="tabs"),
         dcc.Store(id="view", data=init.get("view")),  # {"gid", "expanded": [paths]}

@@ -173,19 +173,41 @@ def job_line(st: dict) -> str:
 
 
 # ---- layout --------------------------------------------------------------------------------------
-def plan_bar() -> html.Section:
+def initial(state: AppState, gid: str) -> dict:
+    """The plan bar of the first page, computed on the server (like ``callbacks.first_render``): the
+    page paints with its slider and cards, no chain of callbacks first."""
+    f = state.plans.frontier(gid)
+    s = slider_of(f)
+    key = s["default_key"]
+    state.plans.prefetch(gid, around=key)
+    p = f.points[key]
+    return {"plan-points": s, "plan": {"gid": gid, "version": f.version, "key": key},
+            "plan-slider": {"min": s["min"], "max": s["max"], "marks": s["marks"], "value": s["default"]},
+            "plan-cards": plan_cards(f, key, None, f.device),
+            "plan-caption": f"point {key}: {METHOD_STYLE.get(p.method, (p.method,))[0]} {p.label} · "
+                            f"{len(p.applications)} rule applications",
+            "frontier-source": source_line(f, s)}
+
+
+def source_line(f: Frontier, s: dict) -> str:
+    return f"{f.source} · {len(f.points)} points, {len(s['keys'])} on the frontier"
+
+
+def plan_bar(init: dict | None = None) -> html.Section:
+    init = init or {}
+    sl = init.get("plan-slider", {"min": 0, "max": 0, "marks": {0: "1.00x"}, "value": 0})
     return html.Section([
         html.Div([html.Span("plan", className="planbar-title"),
                   html.Span("drag along the memory/latency frontier (peak as a fraction of PyTorch eager's)",
                             className="muted small")], className="planbar-head"),
         html.Div([
-            html.Div(dcc.Slider(id="plan-slider", min=0, max=0, step=1, value=0, marks={0: "1.00x"},
-                                included=False, updatemode="drag"), className="plan-slider"),
-            html.Div(id="plan-caption", className="plan-caption small"),
+            html.Div(dcc.Slider(id="plan-slider", step=1, included=False, updatemode="drag", **sl),
+                     className="plan-slider"),
+            html.Div(init.get("plan-caption"), id="plan-caption", className="plan-caption small"),
         ], className="planbar-row"),
-        html.Div(id="plan-cards", className="cards plan-cards"),
-        dcc.Store(id="plan-points"),  # slider_of(): stop i -> point keys[i]
-        dcc.Store(id="plan"),  # {gid, version, key}: the selected point
+        html.Div(init.get("plan-cards"), id="plan-cards", className="cards plan-cards"),
+        dcc.Store(id="plan-points", data=init.get("plan-points")),  # slider_of(): stop i -> point keys[i]
+        dcc.Store(id="plan", data=init.get("plan")),  # {gid, version, key}: the selected point
         dcc.Store(id="plan-marks"),  # {gid, version, key, marks: {imported op id: kind}}
         dcc.Store(id="plan-marked"),
         # the selected point as each tab sees it: passed on in the browser only while the tab is shown,
@@ -197,14 +219,16 @@ def plan_bar() -> html.Section:
     ], className="panel planbar")
 
 
-def pareto_tab() -> dcc.Tab:
+def pareto_tab(init: dict | None = None) -> dcc.Tab:
     from .layout import _table
 
+    init = init or {}
     return dcc.Tab(html.Div([
         html.Div([
             html.Section([
                 html.Div([html.H3("Pareto frontier"),
-                          html.Span(id="frontier-source", className="muted small")], className="panel-head"),
+                          html.Span(init.get("frontier-source"), id="frontier-source", className="muted small")],
+                         className="panel-head"),
                 dcc.Graph(id="pareto", config={"displaylogo": False, "responsive": True},
                           style={"height": "400px"}),
                 html.Div("click a point to select its plan · the slider above walks the non-dominated ones",
@@ -319,13 +343,14 @@ def register(app: Dash, state: AppState, guarded, show_message) -> None:
     @app.callback(Output("plan-points", "data"), Output("plan-slider", "min"), Output("plan-slider", "max"),
                   Output("plan-slider", "marks"), Output("plan-slider", "value"), Output("plan", "data"),
                   Output("frontier-source", "children"),
-                  Input("model", "value"), Input("frontier-version", "data"), Input("fit-limit", "value"))
+                  Input("model", "value"), Input("frontier-version", "data"), Input("fit-limit", "value"),
+                  prevent_initial_call=True)  # the first page has it (``initial``)
     @guarded(7)
     def on_frontier(gid, _version, fit):
         f = plans.frontier(gid)
         s = slider_of(f)
         plans.prefetch(gid, around=s["default_key"])
-        src = f"{f.source} · {len(f.points)} points, {len(s['keys'])} on the frontier"
+        src = source_line(f, s)
         value, key = s["default"], s["default_key"]
         if ctx.triggered_id == "fit-limit":
             if not fit:
