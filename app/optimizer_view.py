@@ -178,8 +178,7 @@ def initial(state: AppState, gid: str) -> dict:
     page paints with its slider and cards, no chain of callbacks first."""
     f = state.plans.frontier(gid)
     s = slider_of(f)
-    key = s["default_key"]
-    state.plans.prefetch(gid, around=key)
+    key = s["default_key"]  # its view is built after the page is out (``on_plan``): not on the page's path
     p = f.points[key]
     return {"plan-points": s, "plan": {"gid": gid, "version": f.version, "key": key},
             "plan-slider": {"min": s["min"], "max": s["max"], "marks": s["marks"], "value": s["default"]},
@@ -409,8 +408,8 @@ def register(app: Dash, state: AppState, guarded, show_message) -> None:
         """The plan bar and the graph's marks: the plan file's numbers at once, the marks when the
         point's view is built (polled; a slider drag over built views is a lookup)."""
         f, gid, key = selected(sel)
-        if ctx.triggered_id == "plan":
-            plans.prefetch(gid, around=key)  # the slider's next stops either way
+        if ctx.triggered_id != "plan-poll":
+            plans.prefetch(gid, around=key)  # this point, and the slider's next stops either way
         v = plans.view(gid, key, wait=PLAN_WAIT)
         p = f.points[key]
         caption = (f"point {key}: {METHOD_STYLE.get(p.method, (p.method,))[0]} {p.label} · "
