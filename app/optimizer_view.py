@@ -200,7 +200,7 @@ def plan_bar(init: dict | None = None) -> html.Section:
                   html.Span("drag along the memory/latency frontier (peak as a fraction of PyTorch eager's)",
                             className="muted small")], className="planbar-head"),
         html.Div([
-            html.Div(dcc.Slider(id="plan-slider", step=1, included=False, updatemode="drag", **sl),
+            html.Div(dcc.Slider(id="plan-slider", step=1, included=False, updatemode="drag", allow_direct_input=False, **sl),
                      className="plan-slider"),
             html.Div(init.get("plan-caption"), id="plan-caption", className="plan-caption small"),
         ], className="planbar-row"),
