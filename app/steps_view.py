@@ -29,12 +29,20 @@ def _names(names: list[str]) -> str:
     return ", ".join(names[:NAMES_SHOWN]) + (f" and {more} more" if more > 0 else "")
 
 
+def app_text(app, shown: int = 6) -> str:
+    """An application as text, its long parameter lists (a fission's region) cut short."""
+    if len(app.params) <= shown + 2:
+        return str(app)
+    head = ", ".join(map(str, app.params[:shown]))
+    return f"{app.rule}({head}, … {len(app.params) - shown} more)"
+
+
 def _pct(a: float, b: float) -> str:
     return f"{(b / a - 1) * 100:+.2f}%" if a else ""
 
 
 def step_rows(steps: list[Step]) -> list[dict]:
-    return [{"step": s.index + 1, "rule": s.rule, "application": str(s.app),
+    return [{"step": s.index + 1, "rule": s.rule, "application": app_text(s.app),
              "peak": f"{format_bytes(s.peak[0])} → {format_bytes(s.peak[1])}",
              "latency": f"{figures.fmt_seconds(s.latency[0])} → {figures.fmt_seconds(s.latency[1])}",
              "window": f"{s.hi - s.lo + 1} → {s.window} ops"} for s in steps]
@@ -43,7 +51,7 @@ def step_rows(steps: list[Step]) -> list[dict]:
 def step_details(s: Step, total: int) -> html.Div:
     rows = [
         ("rule", f"{s.rule}: {RULE_TEXT.get(s.rule, '')}"),
-        ("application", str(s.app)),
+        ("application", app_text(s.app, 16)),
         ("added", f"{len(s.added)}: {_names(s.added)}"),
         ("removed", f"{len(s.removed)}: {_names(s.removed)}"),
         ("re-wired", f"{len(s.rewired)}: {_names(s.rewired)}"),

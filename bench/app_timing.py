@@ -219,6 +219,8 @@ def main() -> int:
     ap.add_argument("--json", default=str(ROOT / "bench" / "results" / "app_timing.json"))
     ap.add_argument("--screenshot", metavar="PNG", help="also save the README screenshot here "
                     "(e.g. assets/screenshot.png) and exit")
+    ap.add_argument("--workflow", metavar="DIR", help="save the README's workflow screenshots (bert_base) in DIR "
+                    "(e.g. assets/workflow) and exit")
     ap.add_argument("--plans", nargs="*", metavar="MODEL", help="time the optimizer's views instead (plan slider, "
                     "rule steps, opening with a frontier) on these models (default: bert_base gpt_neo_1_3b)")
     a = ap.parse_args()
@@ -234,6 +236,10 @@ def main() -> int:
     if os.environ.get("MAGIS_BENCH_LOG"):  # per-callback server times on stderr
         logging.basicConfig(level=logging.WARNING, format="%(relativeCreated)8.0f ms %(message)s")
         logging.getLogger("magis.app").setLevel(logging.DEBUG)
+    if a.workflow:
+        for path in workflow_screenshots(a.workflow):
+            print(f"wrote {path}")
+        return 0
     if a.plans is not None:
         return plans_main(a.plans or ["bert_base", "gpt_neo_1_3b"], a.runs,
                           str(ROOT / "bench" / "results" / "app_plan_timing.json"))
@@ -486,6 +492,90 @@ def plans_main(models: list[str], runs: int, json_path: str) -> int:
     Path(json_path).parent.mkdir(parents=True, exist_ok=True)
     Path(json_path).write_text(json.dumps(out, indent=1))
     return 0
+
+
+
+def workflow_screenshots(out: str, model: str = "bert_base") -> list[str]:
+    """The README's workflow figures on ``model``: open, drag the slider, inspect (Pareto, F-Tree),
+    step, swaps, export -- one PNG per view in ``out``."""
+    from playwright.sync_api import sync_playwright
+    from werkzeug.serving import make_server
+
+    from app.main import create_app
+
+    d = Path(out)
+    d.mkdir(parents=True, exist_ok=True)
+    app = create_app(initial_sample=model)
+    state = app.magis_state
+    srv = make_server("127.0.0.1", 0, app.server, threaded=True)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    gid = f"sample:{model}"
+    f = state.plans.frontier(gid)
+    for k in f.slider():
+        state.plans.view(gid, k, wait=None)
+    swap_key = next((k for k in f.slider() if any(a.rule == "swap" for a in f.points[k].applications)), None)
+    written = []
+
+    def shot(pg, name: str, clip_sel: str | None = None) -> None:
+        p = d / f"{name}.png"
+        if clip_sel:
+            pg.locator(clip_sel).screenshot(path=str(p))
+        else:
+            pg.screenshot(path=str(p), full_page=False)
+        written.append(str(p))
+
+    with sync_playwright() as pw:
+        b = pw.chromium.launch(executable_path=CHROMIUM, args=FLAGS)
+        pg = b.new_page(viewport={"width": 1440, "height": 1000}, device_scale_factor=1)
+        pg.set_default_timeout(TIMEOUT)
+        pg.goto(f"http://127.0.0.1:{srv.server_port}/")
+        pg.wait_for_selector("#plan-cards .card")
+        ready(pg, model)
+        pg.wait_for_function(MARKS_SHOWN, arg=["graph", f.default()], polling="raf")
+        shot(pg, "1_open_plan_bar")
+        if swap_key is not None:  # drag: to the point that swaps, the same stop the slider's keys give
+            handle = pg.locator("#plan-slider [role=slider]").first
+            handle.focus()
+            keys = f.slider()
+            i = keys.index(f.default())
+            while keys[i] != swap_key:
+                step = 1 if keys.index(swap_key) > i else -1
+                pg.keyboard.press("ArrowRight" if step > 0 else "ArrowLeft")
+                i += step
+            pg.wait_for_function(MARKS_SHOWN, arg=["graph", swap_key], polling="raf")
+        pg.click("text=Pareto frontier")
+        pg.wait_for_selector("#plan-memory .scatterlayer .trace")
+        pg.wait_for_timeout(500)
+        shot(pg, "2_pareto")
+        pg.click("text=Memory analysis")
+        pg.click("#side-view label:has-text('F-Tree')")
+        pg.wait_for_function(cyjs("cy.nodes().length > 1"), arg=["ftree", None], polling="raf")
+        pg.wait_for_timeout(800)
+        n = locate(pg, "ftree", "n.data('fid') !== undefined && n.hasClass('ft-enabled')") if pg.evaluate(
+            cyjs("cy.nodes('.ft-enabled').length"), ["ftree", None]) else locate(pg, "ftree", "n.data('fid') !== undefined")
+        pg.mouse.click(n["x"], n["y"])
+        pg.wait_for_function("() => (document.querySelector('#ftree-info')?.innerText || '').includes('split dimension')")
+        pg.wait_for_timeout(500)
+        shot(pg, "3_ftree", ".row-graph")
+        pg.click("text=Rule steps")
+        pg.wait_for_selector("#step-title")
+        pg.wait_for_selector("#step-memory .scatterlayer .trace")
+        pg.click("#step-first")
+        pg.click("#step-fwd")
+        pg.wait_for_function("() => (document.querySelector('#step-title')?.innerText || '').startsWith('step 1')")
+        pg.wait_for_timeout(500)
+        shot(pg, "4_rule_steps")
+        pg.click("text=Swaps")
+        pg.wait_for_selector("#swaps-timeline .js-plotly-plot")
+        pg.wait_for_timeout(800)
+        shot(pg, "5_swaps")
+        pg.click("text=Export")
+        pg.wait_for_timeout(800)
+        shot(pg, "6_export")
+        b.close()
+    srv.shutdown()
+    state.shutdown()
+    return written
 
 
 if __name__ == "__main__":
