@@ -291,3 +291,28 @@ def test_a_region_its_mean_loss_and_its_backward_split_together_exactly():
         assert res["fission_nodes"] == 1 and res["peak_ratio"] == 1.0
         Fission().inverse(h, log)
         assert h.same_as(g)
+
+
+def test_integer_input_ranges_see_inside_fission_nodes():
+    """A plan's exported script draws the same integer inputs (token ids, labels) as the imported
+    graph's: the ranges come from the ops that index with them, also where those ops (the MLM loss)
+    were taken into a fission node.  (Before, labels read only inside a fission region got the
+    default range [0, 1): every label 0, another loss -- seen comparing bert_base's plan scripts
+    with its eager script on a GPU.)"""
+    from core.codegen.plan import integer_ranges
+    from core.search.plan import load_plans
+    from sample_graphs.frontiers import plan_path
+    from sample_graphs.store import load_sample_graph
+
+    g = load_sample_graph("bert_base")
+    want = integer_ranges(g)
+    labels = [n.id for n in g.placeholders() if n.id in want and want[n.id] == (0, 30522)]
+    assert len(labels) == 2  # input ids (embedding rows) and labels (classes of the loss)
+    fission = load_plans(plan_path("bert_base"), g).points[0].applications[0]
+    assert fission.rule == "fission"
+    g2 = g.copy()
+    from core.transform.registry import RULES
+
+    RULES["fission"].apply(g2, fission)
+    assert not any("nll_loss" in n.op for n in g2.ops())  # the loss is inside the fission node now
+    assert integer_ranges(g2) == want

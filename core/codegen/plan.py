@@ -201,14 +201,27 @@ def _source_placeholder(g: Graph, ref: TRef) -> TRef | None:
 
 def integer_ranges(g: Graph) -> dict[int, tuple[int, int]]:
     """Valid ``[low, high)`` per integer placeholder node id, from the ops that index with it
-    (embedding rows, classes of a loss, size of a gathered dim); the tightest bound wins."""
+    (embedding rows, classes of a loss, size of a gathered dim); the tightest bound wins.  Ops
+    inside a fission node's sub-graph count too: a sub-graph placeholder's range is that of the
+    fission node's input in the same position (slicing a part keeps the values), so a plan's
+    script draws the same inputs as the imported graph's."""
     hi: dict[int, int] = {}
+
+    def bound_by(ix: object, bound: int | None) -> None:
+        if not isinstance(ix, TRef) or not bound or bound <= 0:
+            return
+        src = _source_placeholder(g, ix)
+        if src is None or g.tensor(src).dtype not in ("int64", "int32", "int16", "int8", "uint8"):
+            return
+        hi[src.node] = min(hi.get(src.node, bound), int(bound))
+
     for n in g.ops():
+        if n.kind == NodeKind.FISSION and n.fission is not None:
+            inner = integer_ranges(n.fission.graph)
+            for ph, r in zip(n.fission.graph.placeholders(), n.inputs(), strict=False):
+                if ph.id in inner:
+                    bound_by(r, inner[ph.id][1])
+            continue
         for ix, bound in _index_bounds(g, n):
-            if not isinstance(ix, TRef) or not bound or bound <= 0:
-                continue
-            src = _source_placeholder(g, ix)
-            if src is None or g.tensor(src).dtype not in ("int64", "int32", "int16", "int8", "uint8"):
-                continue
-            hi[src.node] = min(hi.get(src.node, bound), int(bound))
+            bound_by(ix, bound)
     return {nid: (0, b) for nid, b in hi.items()}
