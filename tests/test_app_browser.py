@@ -12,6 +12,7 @@ import json
 import re
 import threading
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -36,47 +37,76 @@ def _cy(js: str) -> str:
     return f"([id, arg]) => {{ const cy = ({CY})(id); if (!cy) return null; return ({js}); }}"
 
 
-# ---- fixtures -------------------------------------------------------------------------------------
-@pytest.fixture(scope="module")
-def server():
+# ---- fixtures (and their building blocks, shared by the other browser test files) ----------------
+@contextmanager
+def serving(sample: str, setup=None):
+    """The app on ``sample`` served from a thread on a free port: yields (url, app).  ``setup(app)``
+    runs before the first request.  Skips (with the reason) when Chromium is missing."""
     if not Path(CHROMIUM).exists():
         pytest.skip(f"{CHROMIUM} is not installed (apt-get install -y chromium chromium-driver)")
     from werkzeug.serving import make_server
 
     from app.main import create_app
 
-    app = create_app(initial_sample="bert_tiny")
+    app = create_app(initial_sample=sample)
+    if setup is not None:
+        setup(app)
     srv = make_server("127.0.0.1", 0, app.server, threaded=True)
     thread = threading.Thread(target=srv.serve_forever, daemon=True)
     thread.start()
-    yield f"http://127.0.0.1:{srv.server_port}/", app
-    srv.shutdown()
-    app.magis_state.shutdown()
+    try:
+        yield f"http://127.0.0.1:{srv.server_port}/", app
+    finally:
+        srv.shutdown()
+        app.magis_state.shutdown()
 
 
-@pytest.fixture(scope="module")
-def browser(server):
+@contextmanager
+def chromium():
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as p:
         b = p.chromium.launch(executable_path=CHROMIUM, args=FLAGS, headless=True)
-        yield b
-        b.close()
+        try:
+            yield b
+        finally:
+            b.close()
 
 
-@pytest.fixture
-def page(browser, server):
-    url, _app = server
-    ctx = browser.new_context(viewport={"width": 1400, "height": 1000})
+@contextmanager
+def opened(browser, url: str, ready=None, **context):
+    """A fresh page on ``url`` once ``ready(page)`` (default ``wait_ready``) holds; its JavaScript
+    errors collect in ``page.js_errors``."""
+    ctx = browser.new_context(viewport={"width": 1400, "height": 1000}, **context)
     pg = ctx.new_page()
     pg.set_default_timeout(TIMEOUT)
     errors: list[str] = []
     pg.on("pageerror", lambda e: errors.append(str(e)))
     pg.goto(url)
-    wait_ready(pg)
+    (ready or wait_ready)(pg)
     pg.js_errors = errors
-    yield pg
-    ctx.close()
+    try:
+        yield pg
+    finally:
+        ctx.close()
+
+
+@pytest.fixture(scope="module")
+def server():
+    with serving("bert_tiny") as s:
+        yield s
+
+
+@pytest.fixture(scope="module")
+def browser(server):
+    with chromium() as b:
+        yield b
+
+
+@pytest.fixture
+def page(browser, server):
+    with opened(browser, server[0]) as pg:
+        yield pg
 
 
 # ---- helpers --------------------------------------------------------------------------------------

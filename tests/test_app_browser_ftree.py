@@ -8,111 +8,49 @@ Skipped (with the reason) only when /usr/bin/chromium is missing.
 
 from __future__ import annotations
 
-import threading
 import time
-from pathlib import Path
 
 import pytest
 
-CHROMIUM = "/usr/bin/chromium"
-FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-         "--disable-component-update", "--disable-sync", "--no-first-run", "--disable-quic",
-         "--window-size=1280,900"]
-ARTIFACTS = Path(__file__).resolve().parents[1] / "test-artifacts"
-TIMEOUT = 60_000  # ms: the CI machine may be busy
+from tests.test_app_browser import (
+    ARTIFACTS,
+    TIMEOUT,
+    _cy,
+    chromium,
+    cy_eval,
+    opened,
+    serving,
+    tap,
+    wait_cy_stable,
+)
+
 GID = "sample:fig6_ftree"
 
 pytestmark = [pytest.mark.browser]
 
-CY = """(id) => { const root = document.getElementById(id); if (!root) return null;
-  const el = [root, ...root.querySelectorAll('*')].find(e => e._cyreg && e._cyreg.cy);
-  return el ? el._cyreg.cy : null; }"""
 
-
-def _cy(js: str) -> str:
-    """Wrap ``js`` (an expression using ``cy`` and ``arg``) into a page function of [id, arg]."""
-    return f"([id, arg]) => {{ const cy = ({CY})(id); if (!cy) return null; return ({js}); }}"
+def _ready(pg) -> None:
+    pg.wait_for_selector("#summary .card", timeout=TIMEOUT)
+    wait_cy_stable(pg, "graph")
 
 
 # ---- fixtures -------------------------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def server():
-    if not Path(CHROMIUM).exists():
-        pytest.skip(f"{CHROMIUM} is not installed (apt-get install -y chromium chromium-driver)")
-    from werkzeug.serving import make_server
-
-    from app.main import create_app
-
-    app = create_app(initial_sample="fig6_ftree")
-    srv = make_server("127.0.0.1", 0, app.server, threaded=True)
-    thread = threading.Thread(target=srv.serve_forever, daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{srv.server_port}/", app
-    srv.shutdown()
-    app.magis_state.shutdown()
+    with serving("fig6_ftree") as s:
+        yield s
 
 
 @pytest.fixture(scope="module")
 def browser(server):
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as p:
-        b = p.chromium.launch(executable_path=CHROMIUM, args=FLAGS, headless=True)
+    with chromium() as b:
         yield b
-        b.close()
 
 
 @pytest.fixture
 def page(browser, server):
-    url, _app = server
-    ctx = browser.new_context(viewport={"width": 1400, "height": 1000})
-    pg = ctx.new_page()
-    pg.set_default_timeout(TIMEOUT)
-    errors: list[str] = []
-    pg.on("pageerror", lambda e: errors.append(str(e)))
-    pg.goto(url)
-    pg.wait_for_selector("#summary .card", timeout=TIMEOUT)
-    wait_cy_stable(pg, "graph")
-    pg.js_errors = errors
-    yield pg
-    ctx.close()
-
-
-# ---- helpers --------------------------------------------------------------------------------------
-def cy_eval(pg, elem: str, js: str, arg=None):
-    return pg.evaluate(_cy(js), [elem, arg])
-
-
-def wait_cy_stable(pg, elem: str, min_nodes: int = 1) -> None:
-    """Wait until the cytoscape view has nodes and its layout has settled."""
-    pg.wait_for_function(_cy(f"cy.nodes().length >= {min_nodes}"), arg=[elem, None], timeout=TIMEOUT)
-    snap = _cy("cy.nodes().map(n => n.id() + ':' + Math.round(n.position('x')) + ',' + "
-               "Math.round(n.position('y'))).join('|')")
-    last, deadline = None, time.time() + TIMEOUT / 1000
-    while time.time() < deadline:
-        cur = pg.evaluate(snap, [elem, None])
-        if cur == last:
-            return
-        last = cur
-        pg.wait_for_timeout(300)
-    raise AssertionError(f"{elem} layout never settled")
-
-
-def tap(pg, elem: str, filter_js: str) -> dict:
-    """Click (with the real mouse) the first node of cytoscape ``elem`` matching the JS predicate
-    ``filter_js`` over ``n``; returns the node's data."""
-    pg.locator(f"#{elem}").scroll_into_view_if_needed()
-    found = cy_eval(pg, elem, f"""(() => {{
-        const n = cy.nodes().filter(n => ({filter_js}))[0];
-        if (!n) return null;
-        cy.center(n);
-        const p = n.renderedPosition();
-        const root = cy.container().getBoundingClientRect();
-        return {{x: root.left + p.x, y: root.top + p.y, data: n.data()}};
-    }})()""")
-    assert found is not None, f"no node in #{elem} matches {filter_js}"
-    pg.mouse.click(found["x"], found["y"])
-    return found["data"]
+    with opened(browser, server[0], ready=_ready) as pg:
+        yield pg
 
 
 # ---- the test -------------------------------------------------------------------------------------

@@ -10,56 +10,34 @@ import re
 
 import pytest
 
-from tests.test_app_browser import CHROMIUM, FLAGS, TIMEOUT, _cy, shot, wait_ready
+from tests.test_app_browser import TIMEOUT, _cy, chromium, opened, serving, shot, wait_ready
 
 pytestmark = [pytest.mark.browser]
 SAMPLE = "fig6_ftree"
 
 
+def _ready(pg) -> None:
+    wait_ready(pg)
+    pg.wait_for_selector("#plan-cards .card", timeout=TIMEOUT)
+
+
 @pytest.fixture(scope="module")
 def server():
-    import threading
-    from pathlib import Path
-
-    if not Path(CHROMIUM).exists():
-        pytest.skip(f"{CHROMIUM} is not installed (apt-get install -y chromium chromium-driver)")
-    from werkzeug.serving import make_server
-
-    from app.main import create_app
-
-    app = create_app(initial_sample=SAMPLE)
-    srv = make_server("127.0.0.1", 0, app.server, threaded=True)
-    threading.Thread(target=srv.serve_forever, daemon=True).start()
-    yield f"http://127.0.0.1:{srv.server_port}/", app
-    srv.shutdown()
-    app.magis_state.shutdown()
+    with serving(SAMPLE) as s:
+        yield s
 
 
 @pytest.fixture(scope="module")
 def browser(server):
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as p:
-        b = p.chromium.launch(executable_path=CHROMIUM, args=FLAGS, headless=True)
+    with chromium() as b:
         yield b
-        b.close()
 
 
 @pytest.fixture
 def page(browser, server):
-    url, _app = server
-    ctx = browser.new_context(viewport={"width": 1400, "height": 1000})
-    pg = ctx.new_page()
-    pg.set_default_timeout(TIMEOUT)
-    errors: list[str] = []
-    pg.on("pageerror", lambda e: errors.append(str(e)))
-    pg.goto(url)
-    wait_ready(pg)
-    pg.wait_for_selector("#plan-cards .card", timeout=TIMEOUT)
-    pg.js_errors = errors
-    yield pg
-    assert not errors, errors
-    ctx.close()
+    with opened(browser, server[0], ready=_ready) as pg:
+        yield pg
+        assert not pg.js_errors, pg.js_errors
 
 
 def text(pg, sel: str) -> str:

@@ -6,12 +6,11 @@ plan against eager PyTorch.  Screenshots go to ``test-artifacts/``."""
 
 from __future__ import annotations
 
-import threading
 from pathlib import Path
 
 import pytest
 
-from tests.test_app_browser import CHROMIUM, FLAGS, TIMEOUT, shot, wait_ready
+from tests.test_app_browser import chromium, opened, serving, shot
 from tests.test_app_swaps_export import GID, install_hand_swap
 
 pytestmark = [pytest.mark.browser]
@@ -20,48 +19,24 @@ VERIFY_TIMEOUT = 120_000  # ms: the eager run and the script on the CPU (a few s
 
 @pytest.fixture(scope="module")
 def server():
-    if not Path(CHROMIUM).exists():
-        pytest.skip(f"{CHROMIUM} is not installed (apt-get install -y chromium chromium-driver)")
-    from werkzeug.serving import make_server
-
-    from app.main import create_app
     from app.state import sample_file_exists
 
     if not sample_file_exists("fig2_skip"):
         pytest.skip("sample graph file for fig2_skip not generated (make graphs)")
-    app = create_app(initial_sample="fig2_skip")
-    install_hand_swap(app.magis_state)
-    srv = make_server("127.0.0.1", 0, app.server, threaded=True)
-    thread = threading.Thread(target=srv.serve_forever, daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{srv.server_port}/", app
-    srv.shutdown()
-    app.magis_state.shutdown()
+    with serving("fig2_skip", setup=lambda app: install_hand_swap(app.magis_state)) as s:
+        yield s
 
 
 @pytest.fixture(scope="module")
 def browser(server):
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as p:
-        b = p.chromium.launch(executable_path=CHROMIUM, args=FLAGS, headless=True)
+    with chromium() as b:
         yield b
-        b.close()
 
 
 @pytest.fixture
 def page(browser, server):
-    url, _app = server
-    ctx = browser.new_context(viewport={"width": 1400, "height": 1000}, accept_downloads=True)
-    pg = ctx.new_page()
-    pg.set_default_timeout(TIMEOUT)
-    errors: list[str] = []
-    pg.on("pageerror", lambda e: errors.append(str(e)))
-    pg.goto(url)
-    wait_ready(pg)
-    pg.js_errors = errors
-    yield pg
-    ctx.close()
+    with opened(browser, server[0], accept_downloads=True) as pg:
+        yield pg
 
 
 def open_tab(pg, label: str) -> None:
