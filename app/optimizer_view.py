@@ -142,13 +142,34 @@ def plan_cards(f: Frontier, key: int, v: PointView | None, device: str) -> list:
 
 
 def plan_memory_figure(base_sim, v: PointView, xmode: str, device: str) -> dict:
-    """The plan's memory over time (stacked by kind) with PyTorch's eager curve as a line."""
-    main = figures.Curve(f"plan {v.key}", v.sim.memory, v.sim.start, v.sim.latency)
-    base = figures.Curve("eager", base_sim.memory, base_sim.start, base_sim.latency)
+    """The plan's memory over time (filled) against PyTorch eager's (dotted), peaks marked.  Totals
+    only -- the Memory analysis tab stacks the imported graph by tensor kind -- so that a slider step
+    redraws two light traces (stacked areas cost the page more than everything else of a step)."""
+    time_axis = xmode == "time"
+    data, top = [], 1
+    for name, sim, style in ((f"plan {v.key} (peak {format_bytes(v.sim.peak)})", v.sim,
+                              {"line": {"shape": "hv", "color": "#7c3aed", "width": 1.5}, "fill": "tozeroy",
+                               "fillcolor": "rgba(124, 58, 237, 0.18)"}),
+                             (f"eager (peak {format_bytes(base_sim.peak)})", base_sim,
+                              {"line": {"shape": "hv", "color": "#111827", "width": 1.2, "dash": "dot"}})):
+        y = sim.memory.step_bytes
+        idx = figures.downsample_indices(y, PLAN_POINTS)
+        x = (sim.start[idx] * 1e3) if time_axis else idx
+        data.append({"type": "scatter", "mode": "lines", "name": name, "x": x.tolist(), "y": y[idx].tolist(),
+                     "hovertemplate": "%{y:.4s}B<extra>" + name.split(" (")[0] + "</extra>", **style})
+        top = max(top, int(y.max()) if len(y) else 1)
     cap = DEVICES[device].memory_bytes if device in DEVICES else None
-    fig = figures.memory_figure(v.graph, [main, base], xmode, max_points=PLAN_POINTS, capacity=cap)
-    fig["layout"]["uirevision"] = "plan-memory"
-    return fig
+    tickvals, ticktext = figures.binary_ticks(top * 1.1)
+    shapes = []
+    if cap is not None and cap <= top * 1.1:
+        shapes.append({"type": "line", "xref": "paper", "x0": 0, "x1": 1, "y0": cap, "y1": cap,
+                       "line": {"color": "#dc2626", "dash": "dash", "width": 1}})
+    return {"data": data, "layout": {
+        "template": "plotly_white", "margin": {"l": 60, "r": 10, "t": 20, "b": 40}, "hovermode": "x",
+        "xaxis": {"title": {"text": "simulated time (ms)" if time_axis else "schedule step (each graph its own)"}},
+        "yaxis": {"title": {"text": "live memory"}, "range": [0, top * 1.1], "tickvals": tickvals,
+                  "ticktext": ticktext},
+        "legend": {"orientation": "h", "y": 1.12}, "shapes": shapes, "uirevision": "plan-memory"}}
 
 
 def marks_of(v: PointView, gid: str, version: int) -> dict:
@@ -263,8 +284,8 @@ def pareto_tab(init: dict | None = None) -> dcc.Tab:
                       dcc.RadioItems(id="plan-xmode", options=[{"label": "step", "value": "step"},
                                                                {"label": "time", "value": "time"}],
                                      value="time", inline=True, className="xmode"),
-                      html.Span("stacked: the plan by tensor kind · line: PyTorch eager (a plan's graph has "
-                                "its own steps: compare in time)", className="muted small")],
+                      html.Span("filled: the plan · dotted: PyTorch eager (a plan's graph has its own steps: "
+                                "compare in time)", className="muted small")],
                      className="panel-head"),
             dcc.Graph(id="plan-memory", config={"displaylogo": False, "responsive": True},
                       style={"height": "320px"}),

@@ -371,7 +371,7 @@ PARETO_SHOWN = """([k, peak]) => {
     const gd = document.querySelector('#pareto .js-plotly-plot'), mem = document.querySelector('#plan-memory .js-plotly-plot');
     if (!gd || !mem || !gd.data || !mem.data) return false;
     const sel = gd.data.find(t => t.name === 'selected');
-    return !!sel && sel.x[0] === peak && mem.data.some(t => (t.legendgrouptitle?.text || '').startsWith('plan ' + k + ':'))
+    return !!sel && sel.x[0] === peak && mem.data.some(t => (t.name || '').startsWith('plan ' + k + ' '))
         && document.querySelectorAll('#plan-hotspots tbody tr').length > 1;
 }"""
 
