@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import base64
 import re
+import time
 
 import pytest
 
@@ -129,8 +130,19 @@ def test_rule_steps_forward_back_and_play(page, server):
     assert text(page, "#step-title") == here
 
 
-def test_optimize_shows_progress_and_cancel_keeps_the_best(page, server):
+def test_optimize_shows_progress_and_cancel_keeps_the_best(page, server, monkeypatch):
     _url, app = server
+    # fig6_ftree's search empties its queue in a second or two: slow each expansion down so that the
+    # cancel below lands while it runs (the server runs in this process)
+    from core.search.moptimizer import MOptimizer
+
+    slow = MOptimizer._applications
+
+    def applications(self):
+        time.sleep(0.3)
+        return slow(self)
+
+    monkeypatch.setattr(MOptimizer, "_applications", applications)
     page.click("text=Pareto frontier")
     page.click("#opt-run")
     page.wait_for_function("() => document.querySelector('#opt-status').innerText.includes('optimizing')")
