@@ -17,7 +17,6 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import Future
-from concurrent.futures import wait as wait_futures
 from dataclasses import dataclass
 
 from dash import Dash, Input, Output, State, ctx, html, no_update
@@ -31,7 +30,7 @@ from core.transform.ftree_rules import FTreeMutations
 
 from .cyto import heat_colors, layout_for, text_color
 from .figures import short_op
-from .state import AppError, AppState
+from .state import AppError, AppState, wait_result
 
 log = logging.getLogger("magis.app")
 BUILD_WAIT = 1.0  # seconds a callback waits for a graph's F-Tree before saying it is being built (and polling)
@@ -92,19 +91,13 @@ class FTreeCache:
         """The F-Tree of ``gid``, or None while it is still being built after ``wait`` seconds (None:
         wait for it).  AppError if it could not be built."""
         fut = self.future(gid)
-        if wait is None or wait > 0:
-            wait_futures([fut], timeout=wait)
-        if not fut.done():
-            return None
-        exc = fut.exception()
-        if exc is not None:
-            with self._lock:
+        try:
+            return wait_result(fut, wait, "no F-Tree")
+        except AppError:
+            with self._lock:  # the next request builds it again
                 if self._futures.get(gid) is fut:
                     del self._futures[gid]
-            if isinstance(exc, AppError):
-                raise exc
-            raise AppError(f"no F-Tree: {type(exc).__name__}: {exc}")
-        return fut.result()
+            raise
 
 
 def cache_of(state: AppState) -> FTreeCache:

@@ -17,7 +17,6 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
-from concurrent.futures import wait as wait_futures
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -345,16 +344,9 @@ class PlanStore:
 
     @staticmethod
     def _result(fut: Future, wait: float | None):
-        if wait is None or wait > 0:
-            wait_futures([fut], timeout=wait)
-        if not fut.done():
-            return None
-        exc = fut.exception()
-        if exc is not None:
-            from .state import AppError
+        from .state import wait_result
 
-            raise AppError(f"{type(exc).__name__}: {exc}") if not isinstance(exc, PlanError) else exc
-        return fut.result()
+        return wait_result(fut, wait, "building the plan failed", keep=(PlanError,))
 
     def view(self, gid: str, k: int, wait: float | None = None) -> PointView | None:
         """Point ``k`` of ``gid``'s frontier as the views draw it (None while it is being built)."""

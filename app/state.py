@@ -43,6 +43,22 @@ class AppError(ValueError):
     """A problem the user can cause or fix; the app shows its one-line message."""
 
 
+def wait_result(fut: Future, wait: float | None, failed: str, keep: tuple[type, ...] = (AppError,)):
+    """The result of background work ``fut``, or None while it still runs after ``wait`` seconds
+    (None: wait for it).  A failure raises AppError "``failed``: <error>", or the error itself when it
+    is one of ``keep`` (already a one-line message)."""
+    if wait is None or wait > 0:
+        wait_futures([fut], timeout=wait)
+    if not fut.done():
+        return None
+    exc = fut.exception()
+    if exc is not None:
+        if isinstance(exc, keep):
+            raise exc
+        raise AppError(f"{failed}: {type(exc).__name__}: {exc}")
+    return fut.result()
+
+
 def sample_names() -> list[str]:
     """Every sample: the small ones first, then the paper-size workloads."""
     import sample_graphs
@@ -385,15 +401,7 @@ class AppState:
     def schedule(self, gid: str, name: str, wait: float | None = None) -> Schedule | None:
         """The schedule, or None if it is still running after ``wait`` seconds (None: wait for it).
         Raises AppError if the scheduler failed."""
-        fut = self.schedule_future(gid, name)
-        if wait is None or wait > 0:
-            wait_futures([fut], timeout=wait)
-        if not fut.done():
-            return None
-        exc = fut.exception()
-        if exc is not None:
-            raise AppError(f"schedule {name!r} failed: {type(exc).__name__}: {exc}")
-        return fut.result()
+        return wait_result(self.schedule_future(gid, name), wait, f"schedule {name!r} failed", keep=())
 
     def analysis(self, gid: str, name: str, device: str = DEFAULT_DEVICE,
                  wait: float | None = None) -> Analysis | None:

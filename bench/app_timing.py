@@ -124,6 +124,15 @@ INPUT_CLOCK = """() => { window.__t_in = null; window.__t_out = null;
   } }"""
 
 
+def start_server(app):
+    """Serve ``app`` (a ``create_app``) from a thread on a free port of 127.0.0.1; ``.shutdown()`` ends it."""
+    from werkzeug.serving import make_server
+
+    srv = make_server("127.0.0.1", 0, app.server, threaded=True)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    return srv
+
+
 def page_time(pg, cond: str, arg, act, *act_args) -> float:
     """Seconds from the first input event of ``act(*act_args)`` to the first frame where the JS
     predicate ``cond`` (a function of ``arg``) holds."""
@@ -147,11 +156,9 @@ def pick(pg, dd: str, label: str) -> None:
 def first_render_of(browser, create_app, model: str, cfg: str) -> float:
     """Seconds from loading the page of a server just started on ``model`` (``magis app --sample
     model``; it loads and analyses the graph in the background meanwhile) until it shows."""
-    from werkzeug.serving import make_server
 
     app = create_app(initial_sample=model, basic_plotly=cfg == "basic")
-    srv = make_server("127.0.0.1", 0, app.server, threaded=True)
-    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    srv = start_server(app)
     ctx = browser.new_context(viewport={"width": 1400, "height": 1000})
     pg = ctx.new_page()
     pg.set_default_timeout(TIMEOUT)
@@ -170,14 +177,11 @@ def readme_screenshot(browser, path: str, sample: str = "bert_tiny") -> None:
     the peak picked on the memory curve."""
     import logging
 
-    from werkzeug.serving import make_server
-
     from app.main import create_app
 
     logging.getLogger("werkzeug").setLevel(logging.ERROR)
     app = create_app(initial_sample=sample)
-    srv = make_server("127.0.0.1", 0, app.server, threaded=True)
-    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    srv = start_server(app)
     ctx = browser.new_context(viewport={"width": 1440, "height": 1345}, device_scale_factor=1)
     pg = ctx.new_page()
     pg.set_default_timeout(TIMEOUT)
@@ -230,7 +234,6 @@ def main() -> int:
     import logging
 
     from playwright.sync_api import sync_playwright
-    from werkzeug.serving import make_server
 
     logging.getLogger("werkzeug").setLevel(logging.ERROR)
     if os.environ.get("MAGIS_BENCH_LOG"):  # per-callback server times on stderr
@@ -269,8 +272,7 @@ def main() -> int:
         for run, cfg in ((r, c) for r in range(a.runs) for c in configs):  # interleaved: same load for both
             app = create_app(initial_sample=a.small, basic_plotly=cfg == "basic")  # a fresh server per run
             state = app.magis_state
-            srv = make_server("127.0.0.1", 0, app.server, threaded=True)
-            threading.Thread(target=srv.serve_forever, daemon=True).start()
+            srv = start_server(app)
             url = f"http://127.0.0.1:{srv.server_port}/"
             ctx = browser.new_context(viewport={"width": 1400, "height": 1000})
             pg = ctx.new_page()
@@ -379,7 +381,6 @@ PARETO_SHOWN = """([k, peak]) => {
 def plan_timings(browser, create_app, model: str, runs: int) -> dict[str, list[float]]:
     """Open ``model`` on a fresh server until its plan cards show; then slider steps (one stop, with
     the Memory analysis tab and with the Pareto tab in view) and rule steps, timed in the page."""
-    from werkzeug.serving import make_server
 
     out: dict[str, list[float]] = {}
 
@@ -389,8 +390,7 @@ def plan_timings(browser, create_app, model: str, runs: int) -> dict[str, list[f
     for _ in range(runs):
         app = create_app(initial_sample=model)
         state = app.magis_state
-        srv = make_server("127.0.0.1", 0, app.server, threaded=True)
-        threading.Thread(target=srv.serve_forever, daemon=True).start()
+        srv = start_server(app)
         ctx = browser.new_context(viewport={"width": 1400, "height": 1000})
         pg = ctx.new_page()
         pg.set_default_timeout(TIMEOUT)
@@ -499,7 +499,6 @@ def workflow_screenshots(out: str, model: str = "bert_base") -> list[str]:
     """The README's workflow figures on ``model``: open, drag the slider, inspect (Pareto, F-Tree),
     step, swaps, export -- one PNG per view in ``out``."""
     from playwright.sync_api import sync_playwright
-    from werkzeug.serving import make_server
 
     from app.main import create_app
 
@@ -507,8 +506,7 @@ def workflow_screenshots(out: str, model: str = "bert_base") -> list[str]:
     d.mkdir(parents=True, exist_ok=True)
     app = create_app(initial_sample=model)
     state = app.magis_state
-    srv = make_server("127.0.0.1", 0, app.server, threaded=True)
-    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    srv = start_server(app)
     gid = f"sample:{model}"
     f = state.plans.frontier(gid)
     for k in f.slider():
