@@ -14,8 +14,10 @@ import pytest
 
 from core.ir.graph import Graph, NodeKind, TRef
 from core.schedule import get_scheduler
+from core.schedule.baselines import TracedOrder
+from core.search.delta import DeltaEvaluator
 from core.simulate import simulate
-from core.transform.remat import DeRemat, Remat
+from core.transform.remat import DeRemat, Remat, RematChain
 from core.transform.rule import Application
 from core.transform.swap import DeSwap, Swap
 from tests.workload_cases import TINY, Case
@@ -85,3 +87,20 @@ def test_random_combinations_of_remat_and_swap(case: Case):
             DE[rule].apply(h, inv)
         assert h.same_as(g), seed
     print(f"\n{g.name}: {COMBINATIONS} combinations verified")
+
+
+def test_each_remat_chain_on_the_hotspots(case: Case):
+    """Every RematChain on the hot-spots of the traced order matches eager PyTorch and the
+    simulator; DeRemat of its copies (last first) restores the graph."""
+    g = case.g
+    ev = DeltaEvaluator(g.copy(), TracedOrder().order(g))
+    apps = RematChain().match(ev.g, [k for k in ev.hotspots() if k.index >= 0], ev.where())
+    for app in apps:
+        h = g.copy()
+        added = RematChain().apply(h, app).added()
+        case.verify(h, str(app))
+        for v in reversed(added):
+            if v in h.nodes:
+                DeRemat().apply(h, Application("deremat", (v,)))
+        assert h.same_as(g), app
+    print(f"\n{g.name}: {len(apps)} chains verified")

@@ -45,7 +45,7 @@ from ..schedule.incremental import SEARCH, get_reschedule_interval, schedule_par
 from ..schedule.units import UnitProblem
 from ..simulate import COPY_KINDS, simulate
 from ..transform.registry import REMAT_RULES
-from ..transform.rule import Application, Rule
+from ..transform.rule import Application, Rule, Where
 from .mstate import MState
 from .wl_hash import WLHash
 
@@ -287,10 +287,16 @@ class DeltaEvaluator:
         hot = [(int(iv[i, 2]), keys[i]) for i in np.flatnonzero(alive)]
         return [k for _, k in sorted(hot, key=lambda x: (-x[0], x[1]))]
 
+    def where(self) -> Where:
+        """The working schedule as rules that match by liveness see it (positions, peak steps)."""
+        peaks = np.flatnonzero(self.curve == self.curve.max()) if len(self.curve) else ()
+        return Where(self.pos, tuple(int(p) for p in peaks))
+
     def applications(self, hot: Iterable[TRef] | None = None) -> list[Application]:
         """Every rule's applications on the working graph (tensor rules on the hot-spots)."""
         hot = [k for k in (self.hotspots() if hot is None else hot) if k.index >= 0]
-        return [a for r in self.rules.values() for a in r.match(self.g, hot)]
+        where = self.where()
+        return [a for r in self.rules.values() for a in r.match(self.g, hot, where)]
 
     # ---- one transition --------------------------------------------------------------------------
     def _apply(self, app: Application) -> tuple[EditLog, set[TRef], dict]:
@@ -332,9 +338,10 @@ class DeltaEvaluator:
         for v in ops:
             if v in pos:
                 key[v] = pos[v]
-        for v in added:  # right before the first window op that reads it
-            us = [key[u] for u in g.users(v) if u in key]
-            key[v] = (min(us) if us else R) - 0.5
+        fresh = set(added)
+        for v in reversed(added):  # right before the first window op that reads it (through copies)
+            us = [key[u] if u in fresh else key[u] - 0.5 for u in g.users(v) if u in key]
+            key[v] = min(us) if us else R - 0.5
         indeg: dict[int, int] = {}
         for v in ops:
             k = 0

@@ -45,7 +45,7 @@ from .plan import Plan
 
 DELTA = 1.1  # relaxation of the push test (paper)
 HOT = 6  # hot-spot tensors the tensor rules (remat, swap) are matched on per state
-TENSOR_RULES = ("remat", "deremat", "swap", "deswap")
+TENSOR_RULES = ("remat", "remat_chain", "deremat", "swap", "deswap")
 REMAT_CANDIDATES = 16  # hot-spots the warm start's Remat steps try per step (largest first)
 
 
@@ -162,20 +162,20 @@ class MOptimizer:
         return self.remat_steps(s, time_budget - (time.perf_counter() - t0))
 
     def remat_steps(self, s: MState, time_budget: float, candidates: int = REMAT_CANDIDATES) -> MState:
-        """From ``s``, commit one Remat per step: among the ``candidates`` largest hot-spots, the
-        child that lowers the peak at the least latency per byte saved, until none lowers it or
-        the budget ends; returns the last state."""
-        rule = self.ev.rules.get("remat")
-        if rule is None:
+        """From ``s``, commit one Remat or RematChain per step: among the ``candidates`` largest
+        hot-spots, the child that lowers the peak at the least latency per byte saved, until none
+        lowers it or the budget ends; returns the last state."""
+        rules = [self.ev.rules[k] for k in ("remat", "remat_chain") if k in self.ev.rules]
+        if not rules:
             return s
         t0 = time.perf_counter()
         ev = self.ev
         ev.goto(s)
         while time.perf_counter() - t0 < time_budget:
             hot = [k for k in ev.hotspots() if k.index >= 0][:candidates]
-            here = ev.state
+            here, where = ev.state, ev.where()
             best, best_key = None, None
-            for app in rule.match(ev.g, hot):
+            for app in (a for r in rules for a in r.match(ev.g, hot, where)):
                 if time.perf_counter() - t0 > time_budget:
                     break
                 try:
@@ -200,7 +200,8 @@ class MOptimizer:
     def _applications(self) -> list[Application]:
         ev = self.ev
         hot = [k for k in ev.hotspots() if k.index >= 0][: self.hot]
-        return [a for r in ev.rules.values() for a in r.match(ev.g, hot)]
+        where = ev.where()
+        return [a for r in ev.rules.values() for a in r.match(ev.g, hot, where)]
 
     def search(self, mode: str, limit: float, time_budget: float = 60.0,
                progress: Callable[[Record], None] | None = None, cancel: threading.Event | None = None,

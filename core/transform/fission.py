@@ -24,7 +24,7 @@ from ..ir.graph import (
     TRef,
     map_refs,
 )
-from .rule import Application, Rule
+from .rule import Application, Rule, Where
 
 
 def _part(t: TensorMeta, d: int | None, n: int) -> TensorMeta:
@@ -149,7 +149,7 @@ class Fission(Rule):
 
     name = "fission"
 
-    def match(self, g: Graph, hot: Iterable[TRef] = ()) -> list[Application]:
+    def match(self, g: Graph, hot: Iterable[TRef] = (), where: Where | None = None) -> list[Application]:
         return []  # F-Trans applications come from the F-Tree (analysis.ftree), not from hot-spots
 
     @staticmethod

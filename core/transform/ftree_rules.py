@@ -26,7 +26,7 @@ from ..analysis.dgraph import DGraph, SplitError, plan_split
 from ..analysis.ftree import FNode, FTree
 from ..ir.graph import Graph, NodeKind, TRef
 from .fission import Fission, apply_split, defission
-from .rule import Application, Rule
+from .rule import Application, Rule, Where
 
 
 def _refission(g: Graph, nodes: list[int], comp: tuple[int, int, int], n: int) -> int:
@@ -67,7 +67,7 @@ class Disable(Rule):
 
     name = "disable"
 
-    def match(self, g: Graph, hot: Iterable[TRef] = ()) -> list[Application]:
+    def match(self, g: Graph, hot: Iterable[TRef] = (), where: Where | None = None) -> list[Application]:
         return []  # applications come from FTreeMutations
 
     def edit(self, g: Graph, app: Application) -> None:
@@ -87,7 +87,7 @@ class Mutate(Rule):
 
     name = "mutate"
 
-    def match(self, g: Graph, hot: Iterable[TRef] = ()) -> list[Application]:
+    def match(self, g: Graph, hot: Iterable[TRef] = (), where: Where | None = None) -> list[Application]:
         return []
 
     def edit(self, g: Graph, app: Application) -> None:
@@ -107,7 +107,7 @@ class Lift(Rule):
 
     name = "lift"
 
-    def match(self, g: Graph, hot: Iterable[TRef] = ()) -> list[Application]:
+    def match(self, g: Graph, hot: Iterable[TRef] = (), where: Where | None = None) -> list[Application]:
         return []
 
     def edit(self, g: Graph, app: Application) -> None:
@@ -283,7 +283,7 @@ class FTreeRule(Rule):
         self.mutations = FTreeMutations(ftree)
         self.rules = {"fission": Fission(), "lift": Lift(), "disable": Disable(), "mutate": Mutate()}
 
-    def match(self, g: Graph, hot: Iterable[TRef] = ()) -> list[Application]:
+    def match(self, g: Graph, hot: Iterable[TRef] = (), where: Where | None = None) -> list[Application]:
         return self.mutations.applications(g)
 
 

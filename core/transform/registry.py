@@ -5,15 +5,15 @@ from __future__ import annotations
 
 from .fission import Fission
 from .ftree_rules import Disable, Lift, Mutate
-from .remat import DeRemat, Remat
+from .remat import DeRemat, Remat, RematChain
 from .rule import Rule
 from .swap import DeSwap, Swap
 
-RULES: dict[str, Rule] = {r.name: r for r in (Fission(), Lift(), Disable(), Mutate(), Remat(), DeRemat(), Swap(),
-                                               DeSwap())}
+RULES: dict[str, Rule] = {r.name: r for r in (Fission(), Lift(), Disable(), Mutate(), Remat(), RematChain(),
+                                               DeRemat(), Swap(), DeSwap())}
 
 # the rules whose children keep the schedule free of copies, evaluated exactly as deltas
-REMAT_RULES: dict[str, Rule] = {k: RULES[k] for k in ("remat", "deremat")}
+REMAT_RULES: dict[str, Rule] = {k: RULES[k] for k in ("remat", "remat_chain", "deremat")}
 
 
 def get_rule(name: str) -> Rule:

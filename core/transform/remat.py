@@ -9,11 +9,11 @@ a view (``mm(t(grad), view(x))``) gets a recomputed activation."""
 from __future__ import annotations
 
 import copy
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 
 from ..ir import ops
 from ..ir.graph import Graph, NodeKind, TRef, copy_struct
-from .rule import Application, Rule
+from .rule import Application, Rule, Where
 
 
 def recomputable(g: Graph, nid: int, views: bool = True) -> bool:
@@ -29,12 +29,20 @@ def recomputable(g: Graph, nid: int, views: bool = True) -> bool:
     return not ops.draws_random(n.op)
 
 
+def _recomputed_copy(g: Graph, v: int):
+    """A copy of op ``v`` reading what ``v`` reads (``recompute_of`` = ``v``)."""
+    src = g.nodes[v]
+    return g.add_node(name=f"{src.name}_recompute_{g.new_id()}", op=src.op, kind=src.kind,
+                      args=copy_struct(src.args), kwargs=copy_struct(src.kwargs),
+                      outputs=[copy.copy(t) for t in src.outputs], module=src.module, recompute_of=v)
+
+
 class Remat(Rule):
     """Remat(A, B): B reads a recomputed copy of A's outputs instead of A's."""
 
     name = "remat"
 
-    def match(self, g: Graph, hot: Iterable[TRef]) -> list[Application]:
+    def match(self, g: Graph, hot: Iterable[TRef], where: Where | None = None) -> list[Application]:
         apps: list[Application] = []
         for a in sorted({r.node for r in hot}):
             if a not in g.nodes or not recomputable(g, a, views=False):
@@ -51,21 +59,141 @@ class Remat(Rule):
         src = g.nodes[a]
         if b not in g.users(a):
             raise ValueError(f"{g.nodes[b].name!r} does not read {src.name!r}")
-        dup = g.add_node(name=f"{src.name}_recompute_{g.new_id()}", op=src.op, kind=src.kind,
-                          args=copy_struct(src.args), kwargs=copy_struct(src.kwargs),
-                          outputs=[copy.copy(t) for t in src.outputs], module=src.module,
-                          recompute_of=a)
+        dup = _recomputed_copy(g, a)
         for j in range(len(src.outputs)):
             g.replace_input(b, TRef(a, j), TRef(dup.id, j))
 
 
+CHAIN_OPS = 6  # the most ops a RematChain recomputes
+CHAIN_SMALL = 64  # inputs under 1/64 of the hot tensor's bytes are kept rather than recomputed
+
+
+def _storage_readers(g: Graph, root: TRef) -> tuple[set[int], dict[int, int]]:
+    """The nodes that read the storage of ``root`` (directly or through views), and each view op
+    of it with the node it views (its input in the storage)."""
+    readers: set[int] = set()
+    views: dict[int, int] = {}
+    stack = [root]
+    seen = {root}
+    while stack:
+        ref = stack.pop()
+        for r in g.readers(ref):
+            readers.add(r)
+            for k, t in enumerate(g.nodes[r].outputs):
+                out = TRef(r, k)
+                if t.alias is not None and out not in seen and g.storage_root(out) == root:
+                    seen.add(out)
+                    views[r] = ref.node
+                    stack.append(out)
+    return readers, views
+
+
+class RematChain(Rule):
+    """RematChain(U; S): the readers U read recomputed copies of the ops S instead of S's outputs;
+    a copy reads another copy where its original read a member of S.  ``params`` =
+    ``(len(U), *U, *S)``, S in an order where each op comes after the members it reads.
+
+    ``match`` needs the schedule (``where``): for a hot-spot tensor A alive across a peak step P,
+    U = A's readers after P (through views too), and S grows from A's producer (and the views
+    between it and U) by every input that nothing else keeps alive at U's first position, up to
+    ``CHAIN_OPS`` ops; inputs of under 1/``CHAIN_SMALL`` of A's bytes are read as they are."""
+
+    name = "remat_chain"
+
+    def match(self, g: Graph, hot: Iterable[TRef], where: Where | None = None) -> list[Application]:
+        if where is None or not where.peaks:
+            return []
+        pos = where.pos
+        apps: list[Application] = []
+        done: set[tuple[int, ...]] = set()
+        for ref in sorted(set(hot)):
+            a = ref.node
+            if a not in g.nodes or a not in pos or not recomputable(g, a, views=False):
+                continue
+            readers, views = _storage_readers(g, ref)
+            at = [pos[r] for r in readers if r in pos]
+            if not at:
+                continue
+            last = max(at)
+            for p in sorted({q for q in where.peaks if pos[a] < q < last}):
+                app = self._chain(g, ref, readers, views, p, pos)
+                if app is not None and app.params not in done:
+                    done.add(app.params)
+                    apps.append(app)
+                break  # the first peak step inside the interval: one chain per hot-spot
+        return apps
+
+    def _chain(self, g: Graph, ref: TRef, readers: set[int], views: dict[int, int], p: int,
+               pos: Mapping[int, int]) -> Application | None:
+        late = sorted(r for r in readers if pos.get(r, -1) > p)
+        if not late or any(g.nodes[r].kind not in (NodeKind.OP, NodeKind.FISSION) for r in late):
+            return None
+        first = min(pos[r] for r in late)
+        members = {ref.node}
+        for r in late:  # the early views between A and a late reader are recomputed with it
+            for x in g.preds(r):
+                while x in views and x not in members and x not in late:
+                    members.add(x)
+                    x = views[x]
+        small = g.nodes[ref.node].outputs[ref.index].nbytes // CHAIN_SMALL
+        outputs = {g.storage_root(o) for o in g.output_refs()}
+        frontier = sorted(members)
+        while frontier:
+            v = frontier.pop()
+            for x in g.preds(v):
+                if x in members or len(members) >= CHAIN_OPS or not recomputable(g, x):
+                    continue
+                roots = {g.storage_root(TRef(x, k)) for k in range(len(g.nodes[x].outputs))}
+                big = [r for r in roots if g.tensor(r).nbytes > small]
+                if not big or not outputs.isdisjoint(big):
+                    continue  # too small to matter, or kept to the end
+                if all(any(pos.get(u, -1) >= first for u in _storage_readers(g, r)[0] if u not in members)
+                       for r in big):
+                    continue  # alive at the copies' time anyway
+                members.add(x)
+                frontier.append(x)
+        users = [r for r in late if not members.isdisjoint(g.preds(r))]
+        if not users or len(members) == 1 and len(users) == 1:
+            return None  # nothing to re-point, or the plain Remat(A, B)
+        chain = sorted(members, key=lambda v: pos.get(v, -1))
+        return Application(self.name, (len(users), *users, *chain))
+
+    def edit(self, g: Graph, app: Application) -> None:
+        k = app.params[0]
+        users, chain = app.params[1:k + 1], app.params[k + 1:]
+        if k < 1 or not chain or set(users) & set(chain):
+            raise ValueError(f"{app}: needs readers and ops to recompute, apart")
+        inside = set(chain)
+        copies: dict[int, int] = {}
+        for v in chain:
+            if v not in g.nodes or not recomputable(g, v):
+                raise ValueError(f"{app}: node {v} cannot be recomputed")
+            src = g.nodes[v]
+            if any(p in inside and p not in copies for p in g.preds(v)):
+                raise ValueError(f"{app}: {src.name!r} comes before an op it reads")
+            dup = _recomputed_copy(g, v)
+            for p in g.preds(v):
+                if p in copies:
+                    for j in range(len(g.nodes[p].outputs)):
+                        g.replace_input(dup.id, TRef(p, j), TRef(copies[p], j))
+            copies[v] = dup.id
+        for b in users:
+            if b not in g.nodes or not any(p in inside for p in g.preds(b)):
+                raise ValueError(f"{app}: node {b} reads none of the recomputed ops")
+            for p in g.preds(b):
+                if p in copies:
+                    for j in range(len(g.nodes[p].outputs)):
+                        g.replace_input(b, TRef(p, j), TRef(copies[p], j))
+
+
 class DeRemat(Rule):
-    """DeRemat(A'): the readers of a recomputed copy A' read its original again; A' is erased.
-    A chain of copies is merged from its end."""
+    """DeRemat(A'): the readers of a recomputed copy A' read its original again; A' is erased, and
+    so are the copies it read that nothing reads any more (a ``RematChain``'s).  A chain of copies
+    of copies is merged from its end."""
 
     name = "deremat"
 
-    def match(self, g: Graph, hot: Iterable[TRef] = ()) -> list[Application]:
+    def match(self, g: Graph, hot: Iterable[TRef] = (), where: Where | None = None) -> list[Application]:
         origins = {n.recompute_of for n in g.nodes.values() if n.recompute_of is not None}
         return [Application(self.name, (n.id,)) for n in g.nodes.values()
                 if n.recompute_of is not None and n.recompute_of in g.nodes and n.id not in origins]
@@ -79,5 +207,12 @@ class DeRemat(Rule):
             raise ValueError(f"{node.name!r} is recomputed itself: merge the end of the chain first")
         for j in range(len(node.outputs)):
             g.replace_all_uses_with(TRef(c, j), TRef(node.recompute_of, j))
-        g.erase_node(c)
+        stack = [c]
+        outputs = {r.node for r in g.output_refs()}
+        while stack:
+            v = stack.pop()
+            preds = g.preds(v)
+            g.erase_node(v)
+            stack.extend(p for p in preds if g.nodes[p].recompute_of is not None and not g.users(p)
+                         and p not in outputs and p not in stack)
 

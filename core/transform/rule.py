@@ -11,8 +11,8 @@ onto the imported graph identically -- a plan is that sequence.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
 
 from ..ir.graph import EditLog, Graph, TRef
 
@@ -28,14 +28,24 @@ class Application:
         return f"{self.rule}({', '.join(map(str, self.params))})"
 
 
+@dataclass(frozen=True)
+class Where:
+    """Where the working schedule stands, for rules that match by liveness: each op's position in
+    the schedule and the positions of its peak steps."""
+
+    pos: Mapping[int, int]
+    peaks: tuple[int, ...] = field(default=())
+
+
 class Rule:
     """Base class: subclasses implement ``match`` and ``edit`` (primitives only)."""
 
     name = "rule"
 
-    def match(self, g: Graph, hot: Iterable[TRef]) -> list[Application]:
+    def match(self, g: Graph, hot: Iterable[TRef], where: Where | None = None) -> list[Application]:
         """Applications of this rule in ``g``, restricted to the memory hot-spot tensors ``hot``
-        (heuristic H2 of the paper) where the rule is about tensors."""
+        (heuristic H2 of the paper) where the rule is about tensors.  ``where`` (the schedule) is
+        for rules that decide by liveness; the others ignore it."""
         raise NotImplementedError
 
     def edit(self, g: Graph, app: Application) -> None:

@@ -14,7 +14,7 @@ import copy
 from collections.abc import Iterable
 
 from ..ir.graph import Graph, NodeKind, TRef
-from .rule import Application, Rule
+from .rule import Application, Rule, Where
 
 
 def swappable(g: Graph, ref: TRef) -> bool:
@@ -48,7 +48,7 @@ class Swap(Rule):
 
     name = "swap"
 
-    def match(self, g: Graph, hot: Iterable[TRef]) -> list[Application]:
+    def match(self, g: Graph, hot: Iterable[TRef], where: Where | None = None) -> list[Application]:
         apps: list[Application] = []
         for ref in sorted(set(hot)):
             if not swappable(g, ref):
@@ -86,7 +86,7 @@ class DeSwap(Rule):
 
     name = "deswap"
 
-    def match(self, g: Graph, hot: Iterable[TRef] = ()) -> list[Application]:
+    def match(self, g: Graph, hot: Iterable[TRef] = (), where: Where | None = None) -> list[Application]:
         return [Application(self.name, (n.id,)) for n in g.nodes.values() if n.kind == NodeKind.LOAD
                 and g.nodes[n.inputs()[0].node].kind == NodeKind.STORE]
 
