@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import math
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from ..ir import ops
@@ -189,14 +189,18 @@ def value_free(g: Graph, v: int) -> bool:
     return n.kind == NodeKind.OP and n.op in VALUE_FREE
 
 
-def _convex(g: Graph, s: set[int]) -> bool:
-    """No path from S through nodes outside S back into S (value-free ops cut paths)."""
-    frontier = deque(u for v in s for u in g.users(v) if u not in s and not value_free(g, u))
+def _convex(g: Graph, s: set[int], rank: Mapping[int, int] | None = None) -> bool:
+    """No path from S through nodes outside S back into S (value-free ops cut paths).  With
+    ``rank`` (a topological index of every node) the walk stops past S's last node: a path back
+    into S runs through ancestors of S only."""
+    last = max(rank[v] for v in s) if rank is not None else None
+    frontier = deque(u for v in s for u in g.users(v) if u not in s and not value_free(g, u)
+                     and (last is None or rank[u] <= last))
     seen = set(frontier)
     while frontier:
         v = frontier.popleft()
         for u in g.users(v):
-            if value_free(g, u):
+            if value_free(g, u) or last is not None and rank[u] > last:
                 continue
             if u in s:
                 return False
@@ -225,8 +229,10 @@ def topological(g: Graph, s: set[int]) -> list[int]:
     return kahn_order(g, s)
 
 
-def plan_split(g: Graph, dg: DGraph, nodes: Iterable[int], comp: Key) -> Split:
-    """The split of S = ``nodes`` along component ``comp`` (SplitError naming the broken rule)."""
+def plan_split(g: Graph, dg: DGraph, nodes: Iterable[int], comp: Key,
+               rank: Mapping[int, int] | None = None) -> Split:
+    """The split of S = ``nodes`` along component ``comp`` (SplitError naming the broken rule);
+    ``rank``: a topological index of ``g``'s nodes, when the caller has one (a faster check)."""
     s = set(nodes)
     if not s:
         raise SplitError("the sub-graph is empty")
@@ -252,7 +258,7 @@ def plan_split(g: Graph, dg: DGraph, nodes: Iterable[int], comp: Key) -> Split:
             out_dims[TRef(v, j)] = ks[0][2]
     if not _connected(g, s):
         raise SplitError("the sub-graph is not weakly connected")
-    if not _convex(g, s):
+    if not _convex(g, s, rank):
         raise SplitError("the sub-graph is not convex (a path leaves it and comes back)")
     length = 0
     in_dims: dict[TRef, int | None] = {}

@@ -20,6 +20,7 @@ candidate whose S strictly contains its S.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from ..ir.graph import Graph, NodeKind, TRef
@@ -123,16 +124,20 @@ def _scores(g: Graph, members: list[int], hot: dict[TRef, int], n: int,
     return idom, heat, score, children
 
 
-def convex_part(g: Graph, s: set[int], hot: dict[TRef, int]) -> frozenset[int]:
+def convex_part(g: Graph, s: set[int], hot: dict[TRef, int],
+                rank: Mapping[int, int] | None = None) -> frozenset[int]:
     """``s`` made convex and weakly connected: the ops of ``s`` downstream of a path that leaves
     ``s`` are dropped (in a training graph: the backward half of a region whose forward and backward
-    are joined through the loss), then the weakly connected piece with the most hot bytes is kept."""
-    frontier = [u for v in s for u in g.users(v) if u not in s and not value_free(g, u)]
+    are joined through the loss), then the weakly connected piece with the most hot bytes is kept.
+    With ``rank`` (a topological index of every node) the walk stops past S's last node."""
+    last = max(rank[v] for v in s) if rank is not None and s else None
+    frontier = [u for v in s for u in g.users(v) if u not in s and not value_free(g, u)
+                and (last is None or rank[u] <= last)]
     seen = set(frontier)
     while frontier:
         v = frontier.pop()
         for u in g.users(v):
-            if u not in seen and not value_free(g, u):
+            if u not in seen and not value_free(g, u) and (last is None or rank[u] <= last):
                 seen.add(u)
                 frontier.append(u)
     kept = {v for v in s if v not in seen}
@@ -209,11 +214,11 @@ def build_ftree(g: Graph, order: list[int] | None = None, levels: int = LEVELS, 
                     stack.extend(children[c])
                 if clash or not desc:
                     continue
-                s = convex_part(g, {members[c] for c in desc}, hot)
+                s = convex_part(g, {members[c] for c in desc}, hot, topo)
                 if not s or (s, comp) in picked:
                     continue
                 try:
-                    split = plan_split(g, dg, s, comp)
+                    split = plan_split(g, dg, s, comp, topo)
                 except SplitError:
                     rejected += 1
                     continue

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..analysis.dgraph import DGraph, SplitError, plan_split
-from ..analysis.ftree import build_ftree
+from ..analysis.ftree import FTree, build_ftree
 from ..cost.model import AnalyticCost, CostModel
 from ..ir.graph import Graph, TRef
 from ..schedule.baselines import TracedOrder
@@ -45,6 +45,9 @@ class GreedyResult:
     simulated: int = 0  # full simulations
     seconds: float = 0.0
     stopped: str = "no application lowers the peak"
+    # other applications that lowered the peak at a step: (the number of ``applications`` before
+    # it, application) -- e.g. the same F-Tree node at another n, a different trade of memory for time
+    alternatives: list[tuple[int, Application]] = field(default_factory=list)
 
 
 def _better(peak: int, latency: float, best: tuple[int, float]) -> bool:
@@ -162,13 +165,14 @@ def greedy_swap(g: Graph, order: list[int], cost: CostModel | None = None, max_s
 
 def greedy_fission(g: Graph, order: list[int] | None = None, cost: CostModel | None = None,
                    time_budget: float = 60.0, ns: tuple[int, ...] = (2, 4, 8),
-                   progress: Callable[[str], None] | None = None) -> GreedyResult:
-    """Enable F-Tree nodes of ``g`` (built on ``order``'s hot-spots) best score first; each one at
-    the n of ``ns`` with the lowest simulated peak (traced order), kept only if it lowers the peak."""
+                   progress: Callable[[str], None] | None = None, ftree: FTree | None = None) -> GreedyResult:
+    """Enable F-Tree nodes of ``g`` (built on ``order``'s hot-spots, or ``ftree`` when the caller
+    has built it) best score first; each one at the n of ``ns`` with the lowest simulated peak
+    (traced order), kept only if it lowers the peak."""
     t0 = time.perf_counter()
     cost = cost or AnalyticCost()
-    h = g.copy()
-    ft = build_ftree(h, order)
+    h = g.copy()  # the same node ids: ``ftree`` of ``g`` names h's nodes
+    ft = ftree if ftree is not None else build_ftree(h, order)
     rule = Fission()
 
     def run(graph: Graph) -> tuple[list[int], SimResult]:
@@ -177,6 +181,7 @@ def greedy_fission(g: Graph, order: list[int] | None = None, cost: CostModel | N
 
     cur_order, sim = run(h)
     apps: list[Application] = []
+    alternatives: list[tuple[int, Application]] = []
     used: set[int] = set()
     evaluated = simulated = 0
     stopped = "every F-Tree node tried"
@@ -192,6 +197,7 @@ def greedy_fission(g: Graph, order: list[int] | None = None, cost: CostModel | N
         except SplitError:
             continue
         best = None
+        lowered: list[Application] = []
         for n in ns:
             if split.length % n:
                 continue
@@ -202,11 +208,14 @@ def greedy_fission(g: Graph, order: list[int] | None = None, cost: CostModel | N
             evaluated += 1
             simulated += 1
             h.undo(log)
-            if s2.peak < sim.peak and (best is None or (s2.peak, s2.latency) < (best[2].peak, best[2].latency)):
-                best = (app, o, s2)
+            if s2.peak < sim.peak:
+                lowered.append(app)
+                if best is None or (s2.peak, s2.latency) < (best[2].peak, best[2].latency):
+                    best = (app, o, s2)
         if best is None:
             continue
         app, cur_order, sim = best
+        alternatives += [(len(apps), a) for a in lowered if a != app]
         with h.recording():
             apply_split(h, split, app.params[0])  # the same node ids as when it was evaluated
         apps.append(app)
@@ -214,7 +223,7 @@ def greedy_fission(g: Graph, order: list[int] | None = None, cost: CostModel | N
         if progress:
             progress(f"fission F-Tree node {f.id} n={app.params[0]}: peak {sim.peak} latency {sim.latency:.6f}")
     return GreedyResult(h, cur_order, sim.peak, sim.latency, apps, evaluated, simulated,
-                        time.perf_counter() - t0, stopped)
+                        time.perf_counter() - t0, stopped, alternatives)
 
 
 __all__ = ["GreedyResult", "greedy_fission", "greedy_remat", "greedy_swap"]

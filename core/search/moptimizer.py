@@ -46,6 +46,8 @@ from .plan import Plan
 DELTA = 1.1  # relaxation of the push test (paper)
 HOT = 6  # hot-spot tensors the tensor rules (remat, swap) are matched on per state
 TENSOR_RULES = ("remat", "remat_chain", "deremat", "swap", "deswap")
+MIN_GAP = 0.05  # the Pareto sweep searches frontier gaps wider than 5% in peak
+MIN_GAP_SEARCH = 1.0  # seconds: a shorter remainder of the budget is not spent on a gap
 REMAT_CANDIDATES = 16  # hot-spots the warm start's Remat steps try per step (largest first)
 
 
@@ -134,31 +136,44 @@ class MOptimizer:
     def frontier(self) -> list[MState]:
         return sorted(self.archive, key=lambda s: (s.peak, s.latency))
 
-    def seed(self, applications: list[Application]) -> MState:
+    def seed(self, applications: list[Application],
+             alternatives: list[tuple[int, Application]] = ()) -> MState:
         """Commit ``applications`` (e.g. a greedy pass's, replayable from the imported graph) as a
-        chain of states from the root; returns the last one (a warm start for ``search``)."""
+        chain of states from the root; returns the last one (a warm start for ``search``).  Each
+        of ``alternatives`` -- (k, application) -- is evaluated after the first k applications and
+        enters the archive (and the seen set) too."""
         self.ev.goto(self.root)
-        s = self.root
+        chain = [self.root]
         for app in applications:
             s = self.ev.child_state(self.ev.evaluate(app))
             self.ev.commit(s)
+            chain.append(s)
+        for k, app in alternatives:
+            self.ev.goto(chain[k])
+            try:
+                chain.append(self.ev.child_state(self.ev.evaluate(app)))
+            except (ValueError, GraphError, KeyError, AssertionError):
+                continue
+        for s in chain[1:]:
             self.seen.add(s.hash)
             self._archive(s)
-        return s
+        self.ev.goto(chain[len(applications)])
+        return self.ev.state
 
     def warm_start(self, time_budget: float) -> MState:
         """A start state many steps from the root, where single steps rarely lower a peak made of
         many equal layers: the greedy fission pass (``greedy.greedy_fission``: the best-scoring
         F-Tree nodes enabled while they lower the peak; the F-Tree's big regions are many Enable /
-        Lift steps away) with the whole budget (it stops early when no node lowers the peak), then
+        Lift steps away) with the whole budget (it stops early when no node lowers the peak; the
+        nodes' other n that lowered the peak enter the archive as well), then
         Remat steps on the result (``remat_steps``) with what is left -- the lever where fission
         cannot split the saved activations (batch norm couples the batch of a CNN).  Every state on
         the way enters the Pareto archive."""
         from .greedy import greedy_fission
 
         t0 = time.perf_counter()
-        res = greedy_fission(self.imported, self.order, self.cost, time_budget=time_budget)
-        s = self.seed(res.applications)
+        res = greedy_fission(self.imported, self.order, self.cost, time_budget=time_budget, ftree=self.ftree)
+        s = self.seed(res.applications, res.alternatives)
         return self.remat_steps(s, time_budget - (time.perf_counter() - t0))
 
     def remat_steps(self, s: MState, time_budget: float, candidates: int = REMAT_CANDIDATES) -> MState:
@@ -260,25 +275,57 @@ class MOptimizer:
 
     def pareto(self, fractions: tuple[float, ...] = (0.8, 0.6, 0.4, 0.25), time_budget: float = 60.0,
                progress: Callable[[Record], None] | None = None,
-               cancel: threading.Event | None = None, start: MState | None = None) -> SearchResult:
-        """The memory mode at limits ``fractions`` x the imported peak (the budget shared equally,
-        the first search starting from ``start``, each next one from the best state of the previous
-        one); the archive's frontier."""
+               cancel: threading.Event | None = None, start: MState | None = None,
+               gaps: bool = True) -> SearchResult:
+        """The memory mode at limits ``fractions`` x the imported peak (the first search starting
+        from ``start``, each next one from the best state of the previous one), then -- with
+        ``gaps`` and while the budget lasts -- at the middle of the widest gap in peak between
+        neighbours on the archive's frontier (from the neighbour with the higher peak): a search
+        whose queue empties early leaves its time to the frontier's holes.  The archive's frontier."""
         t0 = time.perf_counter()
         records: list[Record] = []
         best = start or self.root
         res = None
+        tried: set[int] = set()
+
+        def run(limit: float, begin: MState, share: float) -> None:
+            nonlocal res
+            res = self.search("memory", limit, share, progress, cancel, start=begin)
+            offset = time.perf_counter() - t0 - res.seconds
+            records.extend(Record(r.seconds + offset, r.iteration, r.best_peak, r.best_latency, r.generated,
+                                  r.deduplicated, r.filtered, r.frontier_peak) for r in res.records)
+
         for k, f in enumerate(fractions):
             left = time_budget - (time.perf_counter() - t0)
             if left <= 0 or cancel is not None and cancel.is_set():
                 break
-            res = self.search("memory", f * self.root.peak, left / (len(fractions) - k), progress, cancel, start=best)
-            offset = records[-1].seconds if records else 0.0
-            records += [Record(r.seconds + offset, r.iteration, r.best_peak, r.best_latency, r.generated,
-                               r.deduplicated, r.filtered, r.frontier_peak) for r in res.records]
+            run(f * self.root.peak, best, left / (len(fractions) - k))
             best = res.best
+        while gaps:
+            left = time_budget - (time.perf_counter() - t0)
+            if left <= MIN_GAP_SEARCH or cancel is not None and cancel.is_set():
+                break
+            gap = self._widest_gap(tried)
+            if gap is None:
+                break
+            limit, begin = gap
+            tried.add(limit)
+            run(limit, begin, max(MIN_GAP_SEARCH, left / 2))
         stopped = res.stopped if res is not None else "cancelled"
         return SearchResult(best, self.root, records, self.frontier(), stopped, time.perf_counter() - t0)
+
+    def _widest_gap(self, tried: set[int]) -> tuple[int, MState] | None:
+        """(limit, start) of the widest gap in peak (a ratio) between neighbours on the frontier
+        not searched yet: the limit halfway in peak, the start the neighbour above it."""
+        front = self.frontier()
+        best = None
+        for lo, hi in zip(front, front[1:], strict=False):
+            limit = (lo.peak + hi.peak) // 2
+            if lo.peak <= 0 or hi.peak / lo.peak < 1 + MIN_GAP or limit in tried:
+                continue
+            if best is None or hi.peak / lo.peak > best[0]:
+                best = (hi.peak / lo.peak, limit, hi)
+        return None if best is None else (best[1], best[2])
 
     # ---- plans -----------------------------------------------------------------------------------
     def plan(self, s: MState, method: str = "magis", label: str = "") -> Plan:
