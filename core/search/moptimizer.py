@@ -39,7 +39,7 @@ from ..simulate import simulate
 from ..transform.ftree_rules import FTreeRule
 from ..transform.registry import RULES
 from ..transform.rule import Application
-from .delta import DeltaEvaluator
+from .delta import Child, DeltaEvaluator
 from .mstate import MState
 from .plan import Plan
 
@@ -48,7 +48,9 @@ HOT = 6  # hot-spot tensors the tensor rules (remat, swap) are matched on per st
 TENSOR_RULES = ("remat", "remat_chain", "deremat", "swap", "deswap")
 MIN_GAP = 0.05  # the Pareto sweep searches frontier gaps wider than 5% in peak
 MIN_GAP_SEARCH = 1.0  # seconds: a shorter remainder of the budget is not spent on a gap
-REMAT_CANDIDATES = 16  # hot-spots the warm start's Remat steps try per step (largest first)
+REMAT_SHARE = 0.3  # the warm start's Remat steps get at least this share of its budget
+REMAT_CANDIDATES = 16
+LAZY = 2.0  # remat_steps commits a scan's next child while its latency per byte is within 2x the best  # hot-spots the warm start's Remat steps try per step (largest first)
 
 
 @dataclass
@@ -166,49 +168,79 @@ class MOptimizer:
         F-Tree nodes enabled while they lower the peak; the F-Tree's big regions are many Enable /
         Lift steps away) with the whole budget (it stops early when no node lowers the peak; the
         nodes' other n that lowered the peak enter the archive as well), then
-        Remat steps on the result (``remat_steps``) with what is left -- the lever where fission
-        cannot split the saved activations (batch norm couples the batch of a CNN).  Every state on
-        the way enters the Pareto archive."""
+        Remat steps on the result (``remat_steps``) with half of what is left (at least
+        ``REMAT_SHARE`` of the budget) -- the lever where fission cannot split the saved activations
+        (batch norm couples the batch of a CNN) -- and Remat steps from the imported graph with the
+        rest (a fission node over the whole training step leaves nothing to recompute at its peak).
+        Every state on the way enters the Pareto archive; the fission chain's end is returned."""
         from .greedy import greedy_fission
 
         t0 = time.perf_counter()
         res = greedy_fission(self.imported, self.order, self.cost, time_budget=time_budget, ftree=self.ftree)
         s = self.seed(res.applications, res.alternatives)
-        return self.remat_steps(s, time_budget - (time.perf_counter() - t0))
+        t1 = time.perf_counter()
+        left = max(time_budget - (t1 - t0), REMAT_SHARE * time_budget)
+        end = self.remat_steps(s, left / 2)
+        if s is not self.root:  # fission can leave the peak where no tensor is recomputable
+            self.remat_steps(self.root, left - (time.perf_counter() - t1))
+        return end
 
     def remat_steps(self, s: MState, time_budget: float, candidates: int = REMAT_CANDIDATES) -> MState:
         """From ``s``, commit one Remat or RematChain per step: among the ``candidates`` largest
         hot-spots, the child that lowers the peak at the least latency per byte saved, until none
-        lowers it or the budget ends; returns the last state."""
+        lowers it or the budget ends; returns the last state.  Lazily, as a many-layer model needs
+        hundreds of steps: after a full scan, the scan's next children are tried in their order, one
+        evaluation each, and committed while they still lower the peak at no more than ``LAZY`` x the
+        scan's best latency per byte; the first that does not starts the next full scan."""
         rules = [self.ev.rules[k] for k in ("remat", "remat_chain") if k in self.ev.rules]
         if not rules:
             return s
         t0 = time.perf_counter()
         ev = self.ev
         ev.goto(s)
-        while time.perf_counter() - t0 < time_budget:
-            hot = [k for k in ev.hotspots() if k.index >= 0][:candidates]
-            here, where = ev.state, ev.where()
-            best, best_key = None, None
-            for app in (a for r in rules for a in r.match(ev.g, hot, where)):
-                if time.perf_counter() - t0 > time_budget:
-                    break
-                try:
-                    c = ev.evaluate(app)
-                except (ValueError, GraphError, KeyError, AssertionError):
-                    continue
-                saved = here.peak - c.peak
-                if saved <= 0 or c.hash in self.seen:
-                    continue
-                key = (max(c.latency - here.latency, 0.0) / saved, c.peak)
-                if best_key is None or key < best_key:
-                    best, best_key = c, key
-            if best is None:
-                break
-            child = ev.child_state(best)
+
+        def score(app: Application) -> tuple[float, Child] | None:
+            here = ev.state
+            try:
+                c = ev.evaluate(app)
+            except (ValueError, GraphError, KeyError, AssertionError):
+                return None
+            saved = here.peak - c.peak
+            if saved <= 0 or c.hash in self.seen:
+                return None
+            return max(c.latency - here.latency, 0.0) / saved, c
+
+        def take(c: Child) -> None:
+            child = ev.child_state(c)
             ev.commit(child)
             self.seen.add(child.hash)
             self._archive(child)
+
+        ranked: list[tuple[float, int, Application]] = []
+        bar = 0.0
+        while time.perf_counter() - t0 < time_budget:
+            if ranked:  # the last scan's next child, evaluated from here
+                _, _, app = ranked.pop(0)
+                got = score(app)
+                if got is not None and got[0] <= LAZY * bar:
+                    take(got[1])
+                    continue
+                ranked = []
+            hot = [k for k in ev.hotspots() if k.index >= 0][:candidates]
+            where = ev.where()
+            scored: list[tuple[tuple[float, int], Child]] = []
+            for app in (a for r in rules for a in r.match(ev.g, hot, where)):
+                if time.perf_counter() - t0 > time_budget:
+                    break
+                got = score(app)
+                if got is not None:
+                    scored.append(((got[0], got[1].peak), got[1]))
+            if not scored:
+                break
+            scored.sort(key=lambda x: x[0])
+            bar = max(scored[0][0][0], 1e-12)
+            take(scored[0][1])
+            ranked = [(k[0], i, c.app) for i, (k, c) in enumerate(scored[1:])]
         return ev.state
 
     # ---- Algorithm 3 -----------------------------------------------------------------------------

@@ -64,7 +64,7 @@ class Remat(Rule):
             g.replace_input(b, TRef(a, j), TRef(dup.id, j))
 
 
-CHAIN_OPS = 6  # the most ops a RematChain recomputes
+CHAIN_OPS = 8  # the most ops a RematChain recomputes (views not counted: they compute nothing)
 CHAIN_SMALL = 64  # inputs under 1/64 of the hot tensor's bytes are kept rather than recomputed
 
 
@@ -96,7 +96,7 @@ class RematChain(Rule):
     ``match`` needs the schedule (``where``): for a hot-spot tensor A alive across a peak step P,
     U = A's readers after P (through views too), and S grows from A's producer (and the views
     between it and U) by every input that nothing else keeps alive at U's first position, up to
-    ``CHAIN_OPS`` ops; inputs of under 1/``CHAIN_SMALL`` of A's bytes are read as they are."""
+    ``CHAIN_OPS`` ops besides views; inputs of under 1/``CHAIN_SMALL`` of A's bytes are read as they are."""
 
     name = "remat_chain"
 
@@ -138,10 +138,11 @@ class RematChain(Rule):
         small = g.nodes[ref.node].outputs[ref.index].nbytes // CHAIN_SMALL
         outputs = {g.storage_root(o) for o in g.output_refs()}
         frontier = sorted(members)
+        computing = sum(not any(t.alias is not None for t in g.nodes[v].outputs) for v in members)
         while frontier:
             v = frontier.pop()
             for x in g.preds(v):
-                if x in members or len(members) >= CHAIN_OPS or not recomputable(g, x):
+                if x in members or computing >= CHAIN_OPS or not recomputable(g, x):
                     continue
                 roots = {g.storage_root(TRef(x, k)) for k in range(len(g.nodes[x].outputs))}
                 big = [r for r in roots if g.tensor(r).nbytes > small]
@@ -151,6 +152,7 @@ class RematChain(Rule):
                        for r in big):
                     continue  # alive at the copies' time anyway
                 members.add(x)
+                computing += not any(t.alias is not None for t in g.nodes[x].outputs)
                 frontier.append(x)
         users = [r for r in late if not members.isdisjoint(g.preds(r))]
         if not users or len(members) == 1 and len(users) == 1:

@@ -44,7 +44,11 @@ def store_of(g: Graph, ref: TRef) -> int | None:
 
 
 class Swap(Rule):
-    """Swap(A, j, B): B reads a copy of A's output j that was stored to the host and loaded back."""
+    """Swap(A, j, B): B reads a copy of A's output j that was stored to the host and loaded back.
+
+    ``match`` offers every compute reader B; given the schedule (``where``), only the readers after
+    the first peak step inside A's lifetime (a swap for an earlier reader keeps A on the device
+    across that peak), and no swap of a tensor that no peak step finds alive between two readers."""
 
     name = "swap"
 
@@ -53,8 +57,14 @@ class Swap(Rule):
         for ref in sorted(set(hot)):
             if not swappable(g, ref):
                 continue
-            apps.extend(Application(self.name, (ref.node, ref.index, b))
-                        for b in g.readers(ref) if _user_ok(g, b))
+            readers = [b for b in g.readers(ref) if _user_ok(g, b)]
+            if where is not None and where.peaks:
+                pos = where.pos
+                at = [pos[b] for b in g.readers(ref) if b in pos]
+                last = max(at, default=-1)
+                p = next((q for q in where.peaks if pos.get(ref.node, last) < q < last), None)
+                readers = [] if p is None else [b for b in readers if pos.get(b, -1) > p]
+            apps.extend(Application(self.name, (ref.node, ref.index, b)) for b in readers)
         return apps
 
     def edit(self, g: Graph, app: Application) -> None:
