@@ -35,13 +35,14 @@ log = logging.getLogger("magis.app")
 MAX_VIEWS = 48  # point views kept in memory (all graphs together)
 MARK_KINDS = ("fission", "remat", "swap")  # how a plan changed an imported op, as the graph marks it
 RULE_KIND = {"fission": "fission", "lift": "fission", "mutate": "fission", "disable": "fission",
-             "remat": "remat", "deremat": "remat", "swap": "swap", "deswap": "swap"}
+             "remat": "remat", "remat_chain": "remat", "deremat": "remat", "swap": "swap", "deswap": "swap"}
 RULE_TEXT = {
     "fission": "F-Trans: split a sub-graph into parts along a dimension (Enable)",
     "lift": "F-Tree Lift: widen an enabled fission to its parent region",
     "mutate": "F-Tree Mutate: change the number of parts",
     "disable": "F-Tree Disable: undo a fission",
     "remat": "Remat: a reader gets a recomputed copy of the tensor",
+    "remat_chain": "Remat chain: the readers after the peak get recomputed copies of the tensor and its inputs",
     "deremat": "De-remat: merge a recomputed copy back",
     "swap": "Swap: store the tensor to host memory, load it back before its reader",
     "deswap": "De-swap: keep the tensor on the device again",

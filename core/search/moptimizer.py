@@ -4,7 +4,7 @@ A best-first priority queue of M-States (``mstate.MState``: a parent, one rule a
 schedule window that incremental scheduling re-ordered).  Each iteration pops the best state, moves
 the one working graph there (``delta.DeltaEvaluator.goto``: applications undone and replayed along
 the tree), applies every rule -- the F-Tree mutations (Enable, Lift, Disable, Mutate), Remat /
-De-remat and Swap / De-swap on the memory hot-spots -- and evaluates each child as a delta (the
+RematChain, De-remat and Swap / De-swap on the memory hot-spots -- and evaluates each child as a delta (the
 changed window rescheduled by MAGIS Algorithm 2, the memory curve and latency updated).  Children are
 deduplicated by the canonical graph hash (``wl_hash``) and pushed when they are not worse than the
 best state so far relaxed by ``delta`` = 1.1.
