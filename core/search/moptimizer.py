@@ -49,8 +49,8 @@ TENSOR_RULES = ("remat", "remat_chain", "deremat", "swap", "deswap")
 MIN_GAP = 0.05  # the Pareto sweep searches frontier gaps wider than 5% in peak
 MIN_GAP_SEARCH = 1.0  # seconds: a shorter remainder of the budget is not spent on a gap
 REMAT_SHARE = 0.3  # the warm start's Remat steps get at least this share of its budget
-REMAT_CANDIDATES = 16
-LAZY = 2.0  # remat_steps commits a scan's next child while its latency per byte is within 2x the best  # hot-spots the warm start's Remat steps try per step (largest first)
+REMAT_CANDIDATES = 16  # the largest hot-spots the warm start's Remat steps try per step
+LAZY = 2.0  # remat_steps commits a scan's next child while its latency per byte is within 2x the best
 
 
 @dataclass
