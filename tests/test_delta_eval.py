@@ -1,5 +1,5 @@
 """Delta evaluation of M-States equals a from-scratch evaluation over random sequences of edits:
-evaluate children, move down (commit), back up and across the state tree (goto), on a committed
+evaluate children, move down (commit, advance), back up and across the state tree (goto), on a committed
 training graph and on random graphs with swaps and fission nodes."""
 
 from __future__ import annotations
@@ -50,12 +50,17 @@ def assert_child_exact(ev: DeltaEvaluator, c) -> None:
 
 
 def walk(ev: DeltaEvaluator, rng: random.Random, steps: int) -> None:
-    """Random moves: evaluate a few children (checked), commit one, go back, or jump."""
+    """Random moves: evaluate a few children (checked), commit one (or advance: both at once), go
+    back, or jump."""
     seen = [ev.root]
     for _ in range(steps):
         apps = ev.applications() + DeRemat().match(ev.g)
         move = rng.random()
-        if apps and move < 0.6:
+        if apps and move < 0.15:  # evaluate and commit in one application of the rule
+            s = ev.advance(rng.choice(apps))
+            assert s.parent is seen[-1] or s.parent in seen
+            seen.append(s)
+        elif apps and move < 0.6:
             kids = [ev.evaluate(a) for a in rng.sample(apps, min(3, len(apps)))]
             for c in kids:
                 assert_child_exact(ev, c)

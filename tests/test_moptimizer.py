@@ -51,6 +51,12 @@ def test_the_search_meets_a_memory_limit_on_the_mlp_and_its_plan_replays():
     sim = simulate(h, plan.order)
     assert (plan.peak, plan.latency) == (sim.peak, sim.latency) and plan.peak <= limit
     assert any(a.rule in ("fission", "lift", "mutate") for a in plan.applications)
+    # every archived state's plan: the schedule the evaluator has there, its numbers
+    plans = m.plans(res.archive)
+    for s, p in zip(res.archive, plans, strict=True):
+        m.ev.goto(s)
+        assert p.order == m.ev.order and (p.peak, p.latency) == (s.peak, s.latency)
+        assert p.applications == s.applications()
     # the archive holds no dominated state
     arc = res.archive
     assert all(not (b.peak <= a.peak and b.latency <= a.latency and (b.peak, b.latency) != (a.peak, a.latency))

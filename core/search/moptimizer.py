@@ -27,7 +27,7 @@ import heapq
 import math
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from ..analysis.ftree import LEVELS, build_ftree
@@ -35,7 +35,6 @@ from ..cost.model import AnalyticCost, CostModel
 from ..fmt import parse_bytes
 from ..ir.graph import Graph, GraphError
 from ..schedule import get_scheduler
-from ..simulate import simulate
 from ..transform.ftree_rules import FTreeRule
 from ..transform.registry import RULES
 from ..transform.rule import Application
@@ -144,45 +143,42 @@ class MOptimizer:
         chain of states from the root; returns the last one (a warm start for ``search``).  Each
         of ``alternatives`` -- (k, application) -- is evaluated after the first k applications and
         enters the archive (and the seen set) too."""
-        self.ev.goto(self.root)
-        chain = [self.root]
-        for app in applications:
-            s = self.ev.child_state(self.ev.evaluate(app))
-            self.ev.commit(s)
-            chain.append(s)
-        for k, app in alternatives:
-            self.ev.goto(chain[k])
-            try:
-                chain.append(self.ev.child_state(self.ev.evaluate(app)))
-            except (ValueError, GraphError, KeyError, AssertionError):
-                continue
-        for s in chain[1:]:
+        ev = self.ev
+        ev.goto(self.root)
+        states: list[MState] = []
+        for k in range(len(applications) + 1):
+            for _, app in (a for a in alternatives if a[0] == k):  # before the chain moves on
+                try:
+                    states.append(ev.child_state(ev.evaluate(app)))
+                except (ValueError, GraphError, KeyError, AssertionError):
+                    continue
+            if k < len(applications):
+                states.append(ev.advance(applications[k]))
+        for s in states:
             self.seen.add(s.hash)
             self._archive(s)
-        self.ev.goto(chain[len(applications)])
-        return self.ev.state
+        return ev.state
 
     def warm_start(self, time_budget: float) -> MState:
         """A start state many steps from the root, where single steps rarely lower a peak made of
         many equal layers: the greedy fission pass (``greedy.greedy_fission``: the best-scoring
         F-Tree nodes enabled while they lower the peak; the F-Tree's big regions are many Enable /
-        Lift steps away) with the whole budget (it stops early when no node lowers the peak; the
-        nodes' other n that lowered the peak enter the archive as well), then
-        Remat steps on the result (``remat_steps``) with half of what is left (at least
-        ``REMAT_SHARE`` of the budget) -- the lever where fission cannot split the saved activations
-        (batch norm couples the batch of a CNN) -- and Remat steps from the imported graph with the
-        rest (a fission node over the whole training step leaves nothing to recompute at its peak).
-        Every state on the way enters the Pareto archive; the fission chain's end is returned."""
+        Lift steps away) with up to 1 - ``REMAT_SHARE`` of the budget (it stops early when no node
+        lowers the peak; the nodes' other n that lowered the peak enter the archive as well), then
+        Remat steps on the result (``remat_steps``) with half of what is left -- the lever where
+        fission cannot split the saved activations (batch norm couples the batch of a CNN) -- and
+        Remat steps from the imported graph with the rest (a fission node over the whole training
+        step leaves nothing to recompute at its peak).  Every state on the way enters the Pareto
+        archive; the fission chain's end is returned."""
         from .greedy import greedy_fission
 
         t0 = time.perf_counter()
-        res = greedy_fission(self.imported, self.order, self.cost, time_budget=time_budget, ftree=self.ftree)
+        res = greedy_fission(self.imported, self.order, self.cost, time_budget=(1 - REMAT_SHARE) * time_budget,
+                             ftree=self.ftree)
         s = self.seed(res.applications, res.alternatives)
-        t1 = time.perf_counter()
-        left = max(time_budget - (t1 - t0), REMAT_SHARE * time_budget)
-        end = self.remat_steps(s, left / 2)
+        end = self.remat_steps(s, (time_budget - (time.perf_counter() - t0)) / 2)
         if s is not self.root:  # fission can leave the peak where no tensor is recomputable
-            self.remat_steps(self.root, left - (time.perf_counter() - t1))
+            self.remat_steps(self.root, time_budget - (time.perf_counter() - t0))
         return end
 
     def remat_steps(self, s: MState, time_budget: float, candidates: int = REMAT_CANDIDATES) -> MState:
@@ -361,12 +357,31 @@ class MOptimizer:
 
     # ---- plans -----------------------------------------------------------------------------------
     def plan(self, s: MState, method: str = "magis", label: str = "") -> Plan:
-        """The plan of state ``s``: its applications from the imported graph, its schedule, and the
-        simulator's peak and latency of that graph and schedule (what the exported script does)."""
-        g, order = self.ev.materialize(s)
-        sim = simulate(g, order, self.cost, validate=False)
-        return Plan(method, s.applications(), order, sim.peak, sim.latency, label,
-                    {"depth": s.depth, "search_peak": s.peak, "search_latency": s.latency})
+        """The plan of state ``s``: its applications from the imported graph, its schedule, and its
+        peak and latency -- the simulator's for that graph and schedule (the evaluator's numbers
+        are exact: ``tests/test_delta_eval.py``), so no copy of the graph and no simulation."""
+        return self.plans([s], method, [label])[0]
+
+    def plans(self, states: Sequence[MState], method: str = "magis",
+              labels: Sequence[str] | None = None) -> list[Plan]:
+        """``plan`` of each of ``states``, in their order.  A state's schedule is its parent's with
+        its window put in place; the states are visited in the order of their paths, so a path's
+        schedules are built once for every state below them, and the working graph never moves."""
+        labels = list(labels) if labels is not None else [""] * len(states)
+        out: list[Plan | None] = [None] * len(states)
+        stack: list[tuple[MState, list[int]]] = []  # a path from the root: its states' schedules
+        for k in sorted(range(len(states)), key=lambda k: [id(p) for p in states[k].path()]):
+            s = states[k]
+            path = s.path()
+            del stack[len(path):]
+            while stack and stack[-1][0] is not path[len(stack) - 1]:
+                stack.pop()
+            order = stack[-1][1] if stack else self.order
+            for p in path[len(stack):]:
+                order = order[:p.lo] + list(p.window) + order[p.hi + 1:]
+                stack.append((p, order))
+            out[k] = Plan(method, s.applications(), list(order), s.peak, s.latency, labels[k], {"depth": s.depth})
+        return out
 
 
 __all__ = ["DELTA", "MOptimizer", "Objective", "Record", "SearchResult"]
@@ -409,7 +424,7 @@ the optimizer before the search starts (a caller that shows its archive while it
         res = m.search(mode, limit, left, progress, cancel, start=start)
         states = [res.best]
         labels = [f"{mode} limit {limit:g}"]
-    points = [m.plan(s, "magis", label) for s, label in zip(states, labels, strict=True)]
+    points = m.plans(states, "magis", labels)
     points.append(m.plan(m.root, "eager", "traced order"))
     meta = {"mode": "pareto" if pareto else ("memory" if memory_limit is not None else "latency"),
             "limit": None if pareto else (memory_limit if memory_limit is not None else latency_limit),
