@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from ..analysis.ftree import LEVELS, build_ftree
 from ..cost.model import AnalyticCost, CostModel
 from ..fmt import parse_bytes
-from ..ir.graph import Graph, GraphError
+from ..ir.graph import Graph, GraphError, NodeKind, TRef
 from ..schedule import get_scheduler
 from ..transform.ftree_rules import FTreeRule
 from ..transform.registry import RULES
@@ -47,8 +47,10 @@ HOT = 6  # hot-spot tensors the tensor rules (remat, swap) are matched on per st
 TENSOR_RULES = ("remat", "remat_chain", "deremat", "swap", "deswap")
 MIN_GAP = 0.05  # the Pareto sweep searches frontier gaps wider than 5% in peak
 MIN_GAP_SEARCH = 1.0  # seconds: a shorter remainder of the budget is not spent on a gap
+WARM = 0.5  # optimize's share of the budget for the warm start (btlm_3b: 0.3 -> 0.5, 0.467x -> 0.373x at +10%)
 REMAT_SHARE = 0.3  # the warm start's Remat steps get at least this share of its budget
-REMAT_CANDIDATES = 16  # the largest hot-spots the warm start's Remat steps try per step
+REMAT_CANDIDATES = 16  # kinds of hot-spot (producer op, shape, dtype) a full Remat scan of the warm start tries
+REMAT_SMALL = 8  # a scan skips hot-spots under 1/8 of the largest it can lower the peak by (a step each)
 LAZY = 2.0  # remat_steps commits a scan's next child while its latency per byte is within 2x the best
 
 
@@ -182,12 +184,16 @@ class MOptimizer:
         return end
 
     def remat_steps(self, s: MState, time_budget: float, candidates: int = REMAT_CANDIDATES) -> MState:
-        """From ``s``, commit one Remat or RematChain per step: among the ``candidates`` largest
-        hot-spots, the child that lowers the peak at the least latency per byte saved, until none
-        lowers it or the budget ends; returns the last state.  Lazily, as a many-layer model needs
-        hundreds of steps: after a full scan, the scan's next children are tried in their order, one
-        evaluation each, and committed while they still lower the peak at no more than ``LAZY`` x the
-        scan's best latency per byte; the first that does not starts the next full scan."""
+        """From ``s``, commit one Remat or RematChain per step, the child that lowers the peak at the
+        least latency per byte saved, until none lowers it or the budget ends; returns the last
+        state.  A many-layer model has the same tensor in every layer and needs hundreds of steps,
+        so the steps go by kind (producer op, shape, dtype): a full scan tries the largest
+        hot-spot of each of up to ``candidates`` kinds that some rule applies to (down to 1 /
+        ``REMAT_SMALL`` of the largest whose child lowers the peak: smaller ones take as many steps
+        for less); then, kind by kind in the scan's order
+        (cheapest first), the largest hot-spot left of the kind is tried, one tensor per step, and
+        committed while it lowers the peak at no more than ``LAZY`` x the scan's best latency per
+        byte; when no kind of the scan does, the next full scan starts."""
         rules = [self.ev.rules[k] for k in ("remat", "remat_chain") if k in self.ev.rules]
         if not rules:
             return s
@@ -195,16 +201,29 @@ class MOptimizer:
         ev = self.ev
         ev.goto(s)
 
-        def score(app: Application) -> tuple[float, Child] | None:
-            here = ev.state
-            try:
-                c = ev.evaluate(app)
-            except (ValueError, GraphError, KeyError, AssertionError):
-                return None
-            saved = here.peak - c.peak
-            if saved <= 0 or c.hash in self.seen:
-                return None
-            return max(c.latency - here.latency, 0.0) / saved, c
+        def kind(ref: TRef) -> tuple:
+            node = ev.g.nodes[ref.node]
+            t = node.outputs[ref.index]
+            return node.op, tuple(t.shape), t.dtype
+
+        def best(ref: TRef, where, apps: list[Application] | None = None) -> tuple[tuple[float, int], Child] | None:
+            """The child that lowers the peak at the least latency per byte among the rules'
+            applications on ``ref`` (``apps``, when matched already)."""
+            here, out = ev.state, None
+            for app in apps if apps is not None else (a for r in rules for a in r.match(ev.g, [ref], where)):
+                if time.perf_counter() - t0 > time_budget:
+                    break
+                try:
+                    c = ev.evaluate(app)
+                except (ValueError, GraphError, KeyError, AssertionError):
+                    continue
+                saved = here.peak - c.peak
+                if saved <= 0 or c.hash in self.seen:
+                    continue
+                key = (max(c.latency - here.latency, 0.0) / saved, c.peak)
+                if out is None or key < out[0]:
+                    out = (key, c)
+            return out
 
         def take(c: Child) -> None:
             child = ev.child_state(c)
@@ -212,31 +231,41 @@ class MOptimizer:
             self.seen.add(child.hash)
             self._archive(child)
 
-        ranked: list[tuple[float, int, Application]] = []
+        ranked: list[tuple] = []  # the kinds of the last full scan, cheapest first
         bar = 0.0
         while time.perf_counter() - t0 < time_budget:
-            if ranked:  # the last scan's next child, evaluated from here
-                _, _, app = ranked.pop(0)
-                got = score(app)
-                if got is not None and got[0] <= LAZY * bar:
+            if ranked:  # the largest hot-spot left of the scan's cheapest kind still in play
+                ref = next((k for k in ev.hotspots() if k.index >= 0 and kind(k) == ranked[0]), None)
+                got = best(ref, ev.where()) if ref is not None else None
+                if got is not None and got[0][0] <= LAZY * bar:
                     take(got[1])
-                    continue
-                ranked = []
-            hot = [k for k in ev.hotspots() if k.index >= 0][:candidates]
+                else:
+                    ranked.pop(0)
+                continue
             where = ev.where()
-            scored: list[tuple[tuple[float, int], Child]] = []
-            for app in (a for r in rules for a in r.match(ev.g, hot, where)):
-                if time.perf_counter() - t0 > time_budget:
+            kinds: set[tuple] = set()
+            scored = []
+            floor = 0
+            for ref in ev.hotspots():  # weights, gradients, optimizer state: no application, skipped
+                if len(kinds) >= candidates or time.perf_counter() - t0 > time_budget:
                     break
-                got = score(app)
-                if got is not None:
-                    scored.append(((got[0], got[1].peak), got[1]))
+                if ref.index < 0 or ev.g.nodes[ref.node].kind == NodeKind.PLACEHOLDER or kind(ref) in kinds:
+                    continue
+                if ev.intervals[ref][2] < floor:  # hot-spots are largest first: the rest is smaller
+                    break
+                apps = [a for r in rules for a in r.match(ev.g, [ref], where)]
+                if apps:
+                    kinds.add(kind(ref))
+                    got = best(ref, where, apps)
+                    if got is not None:
+                        floor = floor or ev.intervals[ref][2] // REMAT_SMALL
+                        scored.append((got[0], kind(ref), got[1]))
             if not scored:
                 break
             scored.sort(key=lambda x: x[0])
             bar = max(scored[0][0][0], 1e-12)
-            take(scored[0][1])
-            ranked = [(k[0], i, c.app) for i, (k, c) in enumerate(scored[1:])]
+            take(scored[0][2])
+            ranked = [kd for _, kd, _ in scored]
         return ev.state
 
     # ---- Algorithm 3 -----------------------------------------------------------------------------
@@ -388,7 +417,7 @@ __all__ = ["DELTA", "MOptimizer", "Objective", "Record", "SearchResult"]
 
 
 def optimize(g: Graph, *, memory_limit: float | None = None, latency_limit: float | None = None,
-             pareto: bool = False, time_budget: float = 60.0, device: str = "rtx3090", warm: float = 0.3,
+             pareto: bool = False, time_budget: float = 60.0, device: str = "rtx3090", warm: float = WARM,
              progress: Callable[[Record], None] | None = None, cancel: threading.Event | None = None,
              on_start: Callable[[MOptimizer], None] | None = None):
     """One run of the M-Optimizer as a plan file (``plan.PlanFile``): point 0 is the answer (the best
