@@ -1,11 +1,12 @@
 """Precomputed memory/latency frontiers of the samples: ``sample_graphs/plans/<name>.train.plan.json.gz``.
 
 One plan file per sample (``core.search.plan``), made on the RTX 3090 profile: the M-Optimizer's
-Pareto sweep (``optimize(pareto=True)``), then every peer's points -- sqrt(n), DTR, torch's min-cut
-partitioner, Checkmate on the small graphs -- and PyTorch's eager order.  The app opens a sample with
-its frontier from here, so the memory slider works at once.  Regenerate with
-``python -m sample_graphs.frontiers [NAME ...]`` (``make frontiers``): about a minute per small
-sample and three per paper-size one on a 2-core machine.
+Pareto sweep (``optimize(pareto=True)``, its frontier thinned to 32 points spread over its peaks),
+then every peer's points -- sqrt(n), DTR, torch's min-cut partitioner, Checkmate on the small
+graphs -- and PyTorch's eager order.  The app opens a sample with its frontier from here, so the
+memory slider works at once.  Regenerate with ``python -m sample_graphs.frontiers [NAME ...]``
+(``make frontiers``): about a minute per small sample and three per paper-size one on a 2-core
+machine.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ PLAN_DIR = Path(__file__).resolve().parent / "plans"
 DEVICE = "rtx3090"
 PEER_METHODS = ("sqrt_n", "dtr", "torch_mincut", "checkmate")
 CHECKMATE_MAX_NODES = 800  # Checkmate's MILP is quadratic in the ops: only the small samples
+MAGIS_POINTS = 32  # the M-Optimizer's frontier thinned to this many points, spread over its peaks
 
 
 def plan_path(name: str, mode: str = "train") -> Path:
@@ -38,6 +40,7 @@ def frontier(name: str, *, time_budget: float | None = None, peer_budget: float 
     from core.cost.model import AnalyticCost
     from core.search.moptimizer import optimize
     from core.search.peers import PEERS
+    from core.search.plan import thin
 
     from .store import load_sample_graph
 
@@ -46,8 +49,8 @@ def frontier(name: str, *, time_budget: float | None = None, peer_budget: float 
     tb, pb = time_budget or tb, peer_budget or pb
     t0 = time.perf_counter()
     pf = optimize(g, pareto=True, time_budget=tb, device=DEVICE)
-    magis, eager = pf.points[:-1], pf.points[-1]
-    say(f"  magis: {len(magis)} points in {time.perf_counter() - t0:.1f} s")
+    magis, eager = thin(pf.points[:-1], MAGIS_POINTS), pf.points[-1]
+    say(f"  magis: {len(pf.points) - 1} points in {time.perf_counter() - t0:.1f} s, {len(magis)} kept")
     cost = AnalyticCost(DEVICE)
     peers, failures = [], {}
     for m in PEER_METHODS:

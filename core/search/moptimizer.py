@@ -190,10 +190,10 @@ class MOptimizer:
         so the steps go by kind (producer op, shape, dtype): a full scan tries the largest
         hot-spot of each of up to ``candidates`` kinds that some rule applies to (down to 1 /
         ``REMAT_SMALL`` of the largest whose child lowers the peak: smaller ones take as many steps
-        for less); then, kind by kind in the scan's order
-        (cheapest first), the largest hot-spot left of the kind is tried, one tensor per step, and
-        committed while it lowers the peak at no more than ``LAZY`` x the scan's best latency per
-        byte; when no kind of the scan does, the next full scan starts."""
+        for less); then, kind by kind in the scan's order (cheapest first), the largest hot-spot
+        left of the kind is tried, one tensor per step, and committed while it lowers the peak at
+        no more than ``LAZY`` x the scan's best latency per byte; when no kind of the scan does,
+        the next full scan starts."""
         rules = [self.ev.rules[k] for k in ("remat", "remat_chain") if k in self.ev.rules]
         if not rules:
             return s
@@ -388,7 +388,8 @@ class MOptimizer:
     def plan(self, s: MState, method: str = "magis", label: str = "") -> Plan:
         """The plan of state ``s``: its applications from the imported graph, its schedule, and its
         peak and latency -- the simulator's for that graph and schedule (the evaluator's numbers
-        are exact: ``tests/test_delta_eval.py``), so no copy of the graph and no simulation."""
+        are exact, the latency to rounding as it sums op times in another order:
+        ``tests/test_delta_eval.py``), so no copy of the graph and no simulation."""
         return self.plans([s], method, [label])[0]
 
     def plans(self, states: Sequence[MState], method: str = "magis",

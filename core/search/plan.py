@@ -216,5 +216,22 @@ def _point(p: Any, k: int) -> Plan:
     return Plan(p["method"], out, list(order), p["peak"], float(lat), label, stats)
 
 
+def thin(points: Sequence[Plan], k: int) -> list[Plan]:
+    """At most ``k`` (>= 2) of ``points`` (one method's frontier), spread over its range of peaks:
+    the lowest and the highest peak and the point nearest each of ``k`` - 2 peaks evenly spaced
+    between them; in order of peak."""
+    if k < 2:
+        raise ValueError("thin keeps at least the two ends of a frontier (k >= 2)")
+    pts = sorted(points, key=lambda p: (p.peak, p.latency))
+    if len(pts) <= k:
+        return pts
+    lo, hi = pts[0].peak, pts[-1].peak
+    keep = {0, len(pts) - 1}
+    for j in range(1, k - 1):
+        target = lo + (hi - lo) * j / (k - 1)
+        keep.add(min(range(len(pts)), key=lambda i: (abs(pts[i].peak - target), i)))
+    return [pts[i] for i in sorted(keep)]
+
+
 __all__ = ["Plan", "PlanError", "PlanFile", "check_order", "load_plans", "plans_from_bytes", "plans_from_dict",
-           "plans_to_bytes", "replay", "save_plans"]
+           "plans_to_bytes", "replay", "save_plans", "thin"]
