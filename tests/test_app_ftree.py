@@ -172,8 +172,8 @@ def test_a_larger_tree_is_drawn_in_part_and_opens_on_click():
 
 
 def test_enabled_in_a_plans_graph_and_the_cache(fig6_train):
-    """The sample's precomputed frontier: its first MAGIS point enables one F-Tree node with n = 2,
-    which the marks agree with."""
+    """The sample's precomputed frontier: its first MAGIS point enables F-Tree nodes at the n of its
+    fission applications, which the marks agree with."""
     from app.state import AppState
 
     st = AppState(time_budget=1.0)
@@ -187,7 +187,10 @@ def test_enabled_in_a_plans_graph_and_the_cache(fig6_train):
         magis = next(k for k in f.slider() if f.points[k].method == "magis")
         v = st.plans.view(gid, magis, wait=60)
         on = enabled_in_graph(built, v.graph)
-        assert on and set(on.values()) == {2}
+        apps = f.points[magis].applications
+        ns = {a.params[0] for a in apps if a.rule == "fission"}
+        assert ns and not any(a.rule == "mutate" for a in apps)  # each node at the n it was enabled with
+        assert on and set(on.values()) == ns
         assert set(on) <= enabled_from_marks(built.ftree, {str(k): m for k, m in v.marks.items()})
         eager = st.plans.view(gid, f.baseline(), wait=60)
         assert enabled_in_graph(built, eager.graph) == {}
