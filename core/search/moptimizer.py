@@ -147,9 +147,12 @@ class MOptimizer:
         enters the archive (and the seen set) too."""
         ev = self.ev
         ev.goto(self.root)
+        at: dict[int, list[Application]] = {}
+        for k, app in alternatives:
+            at.setdefault(k, []).append(app)
         states: list[MState] = []
         for k in range(len(applications) + 1):
-            for _, app in (a for a in alternatives if a[0] == k):  # before the chain moves on
+            for app in at.get(k, ()):  # before the chain moves on
                 try:
                     states.append(ev.child_state(ev.evaluate(app)))
                 except (ValueError, GraphError, KeyError, AssertionError):
@@ -206,11 +209,13 @@ class MOptimizer:
             t = node.outputs[ref.index]
             return node.op, tuple(t.shape), t.dtype
 
-        def best(ref: TRef, where, apps: list[Application] | None = None) -> tuple[tuple[float, int], Child] | None:
-            """The child that lowers the peak at the least latency per byte among the rules'
-            applications on ``ref`` (``apps``, when matched already)."""
+        def matched(ref: TRef, where) -> list[Application]:
+            return [a for r in rules for a in r.match(ev.g, [ref], where)]
+
+        def best(apps: list[Application]) -> tuple[tuple[float, int], Child] | None:
+            """The child that lowers the peak at the least latency per byte among ``apps``."""
             here, out = ev.state, None
-            for app in apps if apps is not None else (a for r in rules for a in r.match(ev.g, [ref], where)):
+            for app in apps:
                 if time.perf_counter() - t0 > time_budget:
                     break
                 try:
@@ -236,7 +241,7 @@ class MOptimizer:
         while time.perf_counter() - t0 < time_budget:
             if ranked:  # the largest hot-spot left of the scan's cheapest kind still in play
                 ref = next((k for k in ev.hotspots() if k.index >= 0 and kind(k) == ranked[0]), None)
-                got = best(ref, ev.where()) if ref is not None else None
+                got = best(matched(ref, ev.where())) if ref is not None else None
                 if got is not None and got[0][0] <= LAZY * bar:
                     take(got[1])
                 else:
@@ -249,17 +254,20 @@ class MOptimizer:
             for ref in ev.hotspots():  # weights, gradients, optimizer state: no application, skipped
                 if len(kinds) >= candidates or time.perf_counter() - t0 > time_budget:
                     break
-                if ref.index < 0 or ev.g.nodes[ref.node].kind == NodeKind.PLACEHOLDER or kind(ref) in kinds:
+                if ref.index < 0 or ev.g.nodes[ref.node].kind == NodeKind.PLACEHOLDER:
+                    continue
+                kd = kind(ref)
+                if kd in kinds:
                     continue
                 if ev.intervals[ref][2] < floor:  # hot-spots are largest first: the rest is smaller
                     break
-                apps = [a for r in rules for a in r.match(ev.g, [ref], where)]
+                apps = matched(ref, where)
                 if apps:
-                    kinds.add(kind(ref))
-                    got = best(ref, where, apps)
+                    kinds.add(kd)
+                    got = best(apps)
                     if got is not None:
                         floor = floor or ev.intervals[ref][2] // REMAT_SMALL
-                        scored.append((got[0], kind(ref), got[1]))
+                        scored.append((got[0], kd, got[1]))
             if not scored:
                 break
             scored.sort(key=lambda x: x[0])
@@ -400,9 +408,9 @@ class MOptimizer:
         labels = list(labels) if labels is not None else [""] * len(states)
         out: list[Plan | None] = [None] * len(states)
         stack: list[tuple[MState, list[int]]] = []  # a path from the root: its states' schedules
-        for k in sorted(range(len(states)), key=lambda k: [id(p) for p in states[k].path()]):
-            s = states[k]
-            path = s.path()
+        paths = [s.path() for s in states]
+        for k in sorted(range(len(states)), key=lambda k: [id(p) for p in paths[k]]):
+            s, path = states[k], paths[k]
             del stack[len(path):]
             while stack and stack[-1][0] is not path[len(stack) - 1]:
                 stack.pop()
