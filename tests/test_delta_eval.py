@@ -12,12 +12,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from core.analysis.lifetimes import memory_profile
+from core.ir.graph import GraphError, TRef
 from core.schedule.baselines import TracedOrder
 from core.search.delta import DeltaEvaluator
 from core.search.wl_hash import graph_hash
 from core.simulate import simulate
 from core.transform.remat import DeRemat, Remat
-from core.transform.rule import Application
+from core.transform.rule import Application, Rule
 from sample_graphs.store import load_sample_graph
 from tests.randgraphs import random_graph, random_order
 
@@ -125,6 +126,29 @@ def test_remat_then_deremat_is_the_identity_and_hash_is_canonical(bert_tiny):
     h3 = g.copy()
     Remat().apply(h3, b)
     assert graph_hash(h1) == graph_hash(h3)
+
+
+class _Loop(Rule):
+    """A broken rule: op v reads its own user u (a cycle)."""
+
+    name = "loop"
+
+    def match(self, g, hot=(), where=None):
+        return []
+
+    def edit(self, g, app):
+        v, u = app.params
+        g.set_args(v, [TRef(u, 0), *g.nodes[v].args[1:]])
+
+
+def test_an_edit_that_makes_a_cycle_is_refused_and_the_state_stays(bert_tiny):
+    g, order = bert_tiny
+    ev = DeltaEvaluator(g.copy(), order, rules={"loop": _Loop()})
+    v = next(n.id for n in g.ops() if isinstance(n.args[0], TRef) and g.users(n.id))
+    with pytest.raises(GraphError, match="cycle"):
+        ev.advance(Application("loop", (v, g.users(v)[0])))
+    assert ev.g.same_as(g) and ev.state is ev.root
+    assert_working_state_exact(ev)
 
 
 def test_a_queued_state_is_small(bert_tiny):

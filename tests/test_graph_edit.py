@@ -4,6 +4,7 @@ primitives and broken node contracts."""
 
 from __future__ import annotations
 
+import copy
 import random
 
 import pytest
@@ -150,6 +151,34 @@ def test_copy_shares_nothing_mutable():
     assert_uses_correct(g)
     assert {i: h.users(i) for i in h.nodes} == recomputed_users(h)
     assert any("gives (64,)" in p for p in h.lint_problems())
+
+
+def test_erasing_an_op_makes_its_copies_copies_of_its_original_or_plain_and_undo_restores_them():
+    """A recomputed copy's original is always in the graph: erasing the middle of a chain a <- a1 <- a2
+    makes a2 a copy of a; erasing the original a makes a2 a plain op.  Journaled: undo restores it."""
+    g, ids = chain()
+    a, x = ids["a"], ids["x"]
+
+    def copy_of(v: int, name: str) -> int:
+        return g.add_node(name=name, op=g[v].op, args=[TRef(x)], outputs=[copy.copy(g[a].outputs[0])],
+                          recompute_of=v).id
+
+    a1 = copy_of(a, "a1")
+    a2 = copy_of(a1, "a2")
+    g.replace_input(ids["b"], TRef(a), TRef(a2))
+    before = g.copy()
+    assert g.copies(a) == [a1] and g.copies(a1) == [a2] and g.recomputed() == [a, a1]
+    with g.recording() as log:
+        g.erase_node(a1)  # nothing reads it
+        assert g[a2].recompute_of == a and g.copies(a) == [a2] and g.lint_problems() == []
+        g.replace_all_uses_with(TRef(a), TRef(a2))
+        g.erase_node(a)
+        assert g[a2].recompute_of is None and g.recomputed() == [] and g.lint_problems() == []
+    assert a2 in log.touched()
+    g.undo(log)
+    assert g.same_as(before) and g.copies(a1) == [a2] and g.lint_problems() == []
+    g[a2].recompute_of = None  # bypasses the primitives
+    assert any("index of recomputed copies is stale" in p for p in g.lint_problems())
 
 
 def test_lint_finds_in_place_mutation_and_broken_contracts():

@@ -13,7 +13,8 @@ axis in D, e.g. weight gradients along the batch).  The constraints, checked in 
 
 * every op of S is a compute op whose dims the registry knows (with rescalable arguments), and it
   draws no random numbers;
-* G[S] is weakly connected and convex (no path leaves S and comes back);
+* G[S] is weakly connected and convex (no path leaves S and comes back), and no op of S has a
+  recomputed copy outside S (F-Trans erases S's ops, and a copy is checked against its original);
 * no redundant computation: each output of each op in S has exactly one D-node in D, and every edge
   of G[S] is a D-edge between those nodes (to at least one output of its reader); an input from outside S is either sliced along the one dim
   its reader links into D, or read whole (shared);
@@ -190,9 +191,11 @@ def value_free(g: Graph, v: int) -> bool:
 
 
 def _convex(g: Graph, s: set[int], rank: Mapping[int, int] | None = None) -> bool:
-    """No path from S through nodes outside S back into S (value-free ops cut paths).  With
-    ``rank`` (a topological index of every node) the walk stops past S's last node: a path back
-    into S runs through ancestors of S only."""
+    """No path from S through nodes outside S back into S.  A value-free op reading S directly
+    cuts the path (F-Trans rebuilds it input-free: ``Split.decouple``); one further along does not
+    (``ones_like`` of a recomputed copy of S's loss still waits for S).  With ``rank`` (a
+    topological index of every node) the walk stops past S's last node: a path back into S runs
+    through ancestors of S only."""
     last = max(rank[v] for v in s) if rank is not None else None
     frontier = deque(u for v in s for u in g.users(v) if u not in s and not value_free(g, u)
                      and (last is None or rank[u] <= last))
@@ -200,7 +203,7 @@ def _convex(g: Graph, s: set[int], rank: Mapping[int, int] | None = None) -> boo
     while frontier:
         v = frontier.popleft()
         for u in g.users(v):
-            if value_free(g, u) or last is not None and rank[u] > last:
+            if last is not None and rank[u] > last:
                 continue
             if u in s:
                 return False
@@ -260,6 +263,11 @@ def plan_split(g: Graph, dg: DGraph, nodes: Iterable[int], comp: Key,
         raise SplitError("the sub-graph is not weakly connected")
     if not _convex(g, s, rank):
         raise SplitError("the sub-graph is not convex (a path leaves it and comes back)")
+    for v in order:
+        copies = [c for c in g.copies(v) if c not in s]
+        if copies:  # F-Trans would erase the original its copy is checked against
+            raise SplitError(f"{g.nodes[v].name!r} has a recomputed copy outside the sub-graph "
+                             f"({g.nodes[copies[0]].name!r}): take the copy back first")
     length = 0
     in_dims: dict[TRef, int | None] = {}
     inputs: list[TRef] = []

@@ -15,7 +15,9 @@ The schema also carries what later transformations produce:
 * ``NodeKind.FISSION`` -- the F-Tree's hierarchical node (MAGIS section 4.3): ONE copy of a
   sub-graph plus the split dimension per input and the number of parts ``n``;
 * ``NodeKind.STORE`` / ``NodeKind.LOAD`` -- swap a tensor to host memory and back (section 5.2);
-* ``Node.recompute_of`` -- a re-materialised copy of another op (section 5.2).
+* ``Node.recompute_of`` -- a re-materialised copy of another op (section 5.2).  The original is
+  always in the graph: erasing it (an F-Trans replacing it, the end of a chain merged back) makes
+  its copies copies of what it copied, or plain ops (``Graph.erase_node``).
 """
 
 from __future__ import annotations
@@ -224,11 +226,12 @@ def copy_struct(obj: Any) -> Any:
 class Edit:
     """One primitive edit, with what it needs to be run backwards."""
 
-    kind: str  # "add" | "erase" | "args" | "alias" | "output"
+    kind: str  # "add" | "erase" | "args" | "alias" | "output" | "origin"
     nid: int = -1
     node: Node | None = None  # "erase": the erased node
     position: int = -1  # "erase": its place in the graph's node order
-    old: Any = None  # "args": (args, kwargs); "alias": (output index, alias); "output": (key, ref)
+    old: Any = None  # "args": (args, kwargs); "alias": (output index, alias); "output": (key, ref);
+    # "origin": the node's former ``recompute_of``
 
 
 @dataclass
@@ -299,6 +302,7 @@ class Graph:
         self._next_id = 0
         self._uses: dict[int, dict[int, int]] = {}  # producer id -> {consumer id: number of refs}
         self._roots: dict[TRef, TRef] = {}
+        self._copies: dict[int, set[int]] = {}  # op id -> ids of its recomputed copies
         self._log: EditLog | None = None
 
     # ---- primitives ----------------------------------------------------------------------------
@@ -320,6 +324,8 @@ class Graph:
         node._graph = self
         self._next_id = max(self._next_id, node.id + 1)
         self._link(node, +1)
+        if node.recompute_of is not None:
+            self._copies.setdefault(node.recompute_of, set()).add(node.id)
         self._roots.clear()
         if self._log is not None:
             self._log.edits.append(Edit("add", node.id))
@@ -328,7 +334,9 @@ class Graph:
         return node
 
     def erase_node(self, nid: int) -> Node:
-        """Remove node ``nid``; refused while it has users or is a graph output."""
+        """Remove node ``nid``; refused while it has users or is a graph output.  Its recomputed
+        copies become copies of the op it recomputes, or plain ops if it is an original (each
+        change journaled, so ``undo`` restores them)."""
         node = self.nodes.get(nid)
         if node is None:
             raise GraphError(f"no node with id {nid}")
@@ -338,12 +346,16 @@ class Graph:
             raise GraphError(f"cannot erase {node.name!r}: it still has users ({names})")
         if any(r.node == nid for r in self.outputs.values()):
             raise GraphError(f"cannot erase {node.name!r}: it is a graph output")
+        for c in sorted(self._copies.get(nid, ())):
+            self._set_origin(self.nodes[c], node.recompute_of)
         position = -1
         if self._log is not None:
             if self._log.places is None:
                 self._log.places = _Places(self.nodes)
             position = self._log.places.erase(nid)
         self._link(node, -1)
+        if node.recompute_of is not None:
+            self._drop_copy(node.recompute_of, nid)
         del self.nodes[nid]
         self._uses.pop(nid, None)
         node._graph = None
@@ -389,6 +401,21 @@ class Graph:
         t.alias = alias
         node.outputs[j] = t
         self._roots.clear()
+
+    def _set_origin(self, node: Node, origin: int | None) -> None:
+        if self._log is not None:
+            self._log.edits.append(Edit("origin", node.id, old=node.recompute_of))
+        if node.recompute_of is not None:
+            self._drop_copy(node.recompute_of, node.id)
+        node.recompute_of = origin
+        if origin is not None:
+            self._copies.setdefault(origin, set()).add(node.id)
+
+    def _drop_copy(self, origin: int, c: int) -> None:
+        copies = self._copies[origin]
+        copies.discard(c)
+        if not copies:
+            del self._copies[origin]
 
     def replace_all_uses_with(self, old: TRef, new: TRef, only: Iterable[int] | None = None,
                               outputs: bool = True) -> list[int]:
@@ -472,6 +499,8 @@ class Graph:
                 self.set_args(e.nid, *e.old)
             elif e.kind == "alias":
                 self._set_alias(self.nodes[e.nid], *e.old)
+            elif e.kind == "origin":
+                self._set_origin(self.nodes[e.nid], e.old)
             else:
                 key, ref = e.old
                 self.set_output(key, ref)
@@ -513,6 +542,15 @@ class Graph:
         """Distinct consumer node ids of any output of ``nid`` (sorted)."""
         u = self._uses.get(nid)
         return sorted(u) if u else []
+
+    def copies(self, nid: int) -> list[int]:
+        """Ids of the recomputed copies of op ``nid`` (sorted)."""
+        c = self._copies.get(nid)
+        return sorted(c) if c else []
+
+    def recomputed(self) -> list[int]:
+        """Ids of the ops that have recomputed copies (sorted)."""
+        return sorted(self._copies)
 
     def readers(self, ref: TRef) -> list[int]:
         """Ids of the nodes that read tensor ``ref`` (sorted)."""

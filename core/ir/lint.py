@@ -67,6 +67,12 @@ def lint_graph(g: Any, limit: int | None = None) -> list[str]:
     stale = {k: v for k, v in g._uses.items() if v}
     if stale != uses and not dangling and bad("use lists are stale (an edit bypassed the graph's primitives)"):
         return out
+    copies: dict[int, set[int]] = {}
+    for n in nodes.values():
+        if n.recompute_of is not None:
+            copies.setdefault(n.recompute_of, set()).add(n.id)
+    if copies != g._copies and bad("the index of recomputed copies is stale (``recompute_of`` was assigned)"):
+        return out
     for key, r in g.outputs.items():
         if r.node not in nodes or not 0 <= r.index < len(nodes[r.node].outputs):
             dangling = True

@@ -39,7 +39,7 @@ import numpy as np
 from ..analysis.lifetimes import counted, fission_scratch
 from ..analysis.narrow_waist import narrow_waist
 from ..cost.model import AnalyticCost, CostModel
-from ..ir.graph import EditLog, Graph, NodeKind, TensorKind, TRef
+from ..ir.graph import EditLog, Graph, GraphError, NodeKind, TensorKind, TRef
 from ..schedule.footprint import MemoryModel
 from ..schedule.incremental import SEARCH, get_reschedule_interval, schedule_parts
 from ..schedule.units import UnitProblem
@@ -302,7 +302,12 @@ class DeltaEvaluator:
     def _apply(self, app: Application) -> tuple[EditLog, set[TRef], dict]:
         log = self.rules[app.rule].apply(self.g, app)
         changed = self.storages.refresh(log)
-        saved = self.wl.update(log.touched())
+        try:
+            saved = self.wl.update(log.touched())
+        except GraphError:  # the edit made a cycle: a rule's check missed it
+            self.rules[app.rule].inverse(self.g, log)
+            self.storages.refresh(log)
+            raise
         return log, changed, saved
 
     def _undo(self, app: Application, log: EditLog, saved: dict) -> None:

@@ -196,16 +196,15 @@ class DeRemat(Rule):
     name = "deremat"
 
     def match(self, g: Graph, hot: Iterable[TRef] = (), where: Where | None = None) -> list[Application]:
-        origins = {n.recompute_of for n in g.nodes.values() if n.recompute_of is not None}
-        return [Application(self.name, (n.id,)) for n in g.nodes.values()
-                if n.recompute_of is not None and n.recompute_of in g.nodes and n.id not in origins]
+        ends = sorted(c for o in g.recomputed() for c in g.copies(o) if not g.copies(c))
+        return [Application(self.name, (c,)) for c in ends]
 
     def edit(self, g: Graph, app: Application) -> None:
         (c,) = app.params
         node = g.nodes[c]
         if node.recompute_of is None:
             raise ValueError(f"{node.name!r} is not a recomputed copy")
-        if any(n.recompute_of == c for n in g.nodes.values()):
+        if g.copies(c):
             raise ValueError(f"{node.name!r} is recomputed itself: merge the end of the chain first")
         for j in range(len(node.outputs)):
             g.replace_all_uses_with(TRef(c, j), TRef(node.recompute_of, j))
