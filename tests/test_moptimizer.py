@@ -145,6 +145,32 @@ def test_remat_steps_lower_the_peak_each_step_kind_by_kind_and_replay():
     assert any(a == b for a, b in zip(kinds, kinds[1:], strict=False))  # a kind's next layer, lazily
 
 
+def test_the_warm_start_ends_with_swap_steps_that_lower_the_peak_and_replay():
+    """After the Remat chains, Swap steps from the lowest-peak states within +5% and +10% latency:
+    on resnet50_tiny some frontier states end in swaps, each swap step lowered the peak, and their
+    plans replay to their numbers."""
+    from core.cost.model import AnalyticCost
+    from sample_graphs.store import load_sample_graph
+
+    g = load_sample_graph("resnet50_tiny")
+    cost = AnalyticCost("rtx3090")
+    m = MOptimizer(g, cost)
+    m.warm_start(4)
+    swapped = [s for s in m.frontier() if s.app is not None and s.app.rule == "swap"]
+    assert swapped
+    for s in swapped:
+        path = s.path()
+        first = next(i for i, x in enumerate(path) if x.app.rule == "swap")
+        start = path[first - 1] if first else m.root
+        assert start.latency <= 1.10 * m.root.latency + 1e-12
+        assert all(x.app.rule == "swap" for x in path[first:])
+        assert all(b.peak < a.peak for a, b in zip([start, *path[first:]], path[first:], strict=False))
+        plan = m.plan(s)
+        h = replay(g, plan.applications)
+        sim = simulate(h, plan.order, cost)
+        assert plan.peak == sim.peak and plan.latency == pytest.approx(sim.latency, rel=1e-9)
+
+
 def test_thin_keeps_the_ends_and_the_points_nearest_even_peaks():
     pts = [Plan("magis", [], [], peak, 1.0 + 1 / peak) for peak in (100, 10, 11, 12, 40, 52, 90, 95, 99)]
     assert [p.peak for p in thin(pts, 4)] == [10, 40, 52, 100]  # targets 40 and 70 (52 is 18 away, 90 is 20)

@@ -23,8 +23,9 @@ A state's memory is its parent, the application and the re-ordered window (``mst
 The narrow-waist values that pick the window are those of the imported graph (a node that a rule
 added takes its origin's value): they only choose where a window ends, so they are not recomputed
 per state.  Its rules default to the remat family (``transform.registry.REMAT_RULES``); graphs with
-STORE/LOAD copies are evaluated with the full simulator (copy timing moves frees after the window);
-every other graph is evaluated exactly as ``simulate`` would, which the tests and
+STORE/LOAD copies are evaluated with the full simulator (copy timing moves frees after the window),
+and a swap is placed rather than rescheduled (``_swap_window``: its STORE right after the tensor's
+producer, its LOAD just in time for its reader); every other graph is evaluated exactly as ``simulate`` would, which the tests and
 ``bench/states.py`` check.
 """
 
@@ -333,9 +334,54 @@ class DeltaEvaluator:
             return 0, 0, sorted(added)
         return min(ps), max(ps), sorted(added)
 
-    def _window(self, L: int, R: int, added: list[int]) -> tuple[int, int, list[int]] | None:
+    def _swap_window(self, lo: int, hi: int, added: list[int]) -> tuple[int, int, list[int]] | None:
+        """A swap placed in the schedule as it stands (no rescheduling between): each added STORE
+        right after the tensor's producer; each added LOAD just in time -- the latest position
+        before its first reader whose compute time until the reader covers the transfer, but not
+        before the last peak step ahead of the reader (the tensor is off the device there) or its
+        STORE.  A rescheduled window around the reader would put the STORE next to the LOAD, which
+        keeps the tensor on the device across the peak and stalls compute for both copies."""
+        g, pos, order = self.g, self.pos, self.order
+        peaks = np.flatnonzero(self.curve == self.curve.max()) if len(self.curve) else np.zeros(0, dtype=np.int64)
+        L, R = lo, hi
+        place: dict[int, float] = {}
+        stored: dict[int, int] = {}  # an added STORE -> the position of its producer
+        for v in added:
+            node = g.nodes[v]
+            if node.kind == NodeKind.STORE:
+                p = node.inputs()[0].node
+                if p in pos:
+                    stored[v] = pos[p]
+                    place[v] = pos[p] + 0.25
+                    L = min(L, pos[p])
+        for v in added:
+            node = g.nodes[v]
+            if node.kind != NodeKind.LOAD:
+                continue
+            at = [pos[u] for u in g.users(v) if u in pos]
+            if not at:
+                continue
+            b = min(at)
+            src = node.inputs()[0].node
+            floor = stored.get(src, pos.get(src, -1)) + 1
+            k = int(np.searchsorted(peaks, b)) - 1
+            if k >= 0:
+                floor = max(floor, int(peaks[k]) + 1)
+            need = self.cost.transfer_time(node.outputs[0].nbytes)
+            q, covered = b, 0.0
+            while q > floor and covered < need:
+                q -= 1
+                if g.nodes[order[q]].kind not in (NodeKind.STORE, NodeKind.LOAD):
+                    covered += self.times.get(order[q], 0.0)
+            place[v] = q - 0.5
+            L = min(L, q)
+        return self._window(L, R, added, place) if place else None
+
+    def _window(self, L: int, R: int, added: list[int],
+                place: dict[int, float] | None = None) -> tuple[int, int, list[int]] | None:
         """The new graph's ops for old positions L..R plus the added ops, in a topological order
-        that follows the old schedule; None if ops outside depend on the window the wrong way."""
+        that follows the old schedule (an added op right before its first reader in the window, or
+        at ``place``: a position key); None if ops outside depend on the window the wrong way."""
         g, pos, order = self.g, self.pos, self.order
         ops = [v for v in order[L:R + 1] if v in g.nodes] + added
         inside = set(ops)
@@ -347,6 +393,7 @@ class DeltaEvaluator:
         for v in reversed(added):  # right before the first window op that reads it (through copies)
             us = [key[u] if u in fresh else key[u] - 0.5 for u in g.users(v) if u in key]
             key[v] = min(us) if us else R - 0.5
+        key.update(place or {})
         indeg: dict[int, int] = {}
         for v in ops:
             k = 0
@@ -474,6 +521,9 @@ class DeltaEvaluator:
         g = self.g
         lo, hi, added = self._region(log)
         n = len(self.order)
+        swap = self._swap_window(lo, hi, added) if self.storages.copy_nodes else None
+        if swap is not None:
+            return self._placed(app, log, changed, *swap)
         L, R = get_reschedule_interval(self.nw, lo, hi) if n else (0, -1)
         win = self._window(L, R, added)
         for _ in range(3):
@@ -498,6 +548,12 @@ class DeltaEvaluator:
         else:
             latency = self.latency + self._latency_delta(log)
         return Child(app, L, R, tuple(window), peak, latency, self.wl.value(), exact)
+
+    def _placed(self, app: Application, log: EditLog, changed: set[TRef], L: int, R: int,
+                window: list[int]) -> Child:
+        """The child whose window is ``window`` as placed (a swap), simulated in full."""
+        sim = simulate(self.g, self.order[:L] + window + self.order[R + 1:], self.cost, validate=False)
+        return Child(app, L, R, tuple(window), sim.peak, sim.latency, self.wl.value(), True)
 
     def _latency_delta(self, log: EditLog) -> float:
         g, times = self.g, self.times
