@@ -25,8 +25,8 @@ added takes its origin's value): they only choose where a window ends, so they a
 per state.  Its rules default to the remat family (``transform.registry.REMAT_RULES``); graphs with
 STORE/LOAD copies are evaluated with the full simulator (copy timing moves frees after the window),
 and a swap is placed rather than rescheduled (``_swap_window``: its STORE right after the tensor's
-producer, its LOAD just in time for its reader); every other graph is evaluated exactly as ``simulate`` would, which the tests and
-``bench/states.py`` check.
+producer, its LOAD just in time for its reader); every other graph is evaluated exactly as
+``simulate`` would, which the tests and ``bench/states.py`` check.
 """
 
 from __future__ import annotations
@@ -523,7 +523,7 @@ class DeltaEvaluator:
         n = len(self.order)
         swap = self._swap_window(lo, hi, added) if self.storages.copy_nodes else None
         if swap is not None:
-            return self._placed(app, log, changed, *swap)
+            return self._placed(app, *swap)
         L, R = get_reschedule_interval(self.nw, lo, hi) if n else (0, -1)
         win = self._window(L, R, added)
         for _ in range(3):
@@ -541,7 +541,8 @@ class DeltaEvaluator:
         window, exact = self._schedule_window(L, R, ops, affected, bg)
         curve, _, _ = self._transition(L, R, window, affected, bg)
         peak = int(curve.max()) if len(curve) else 0
-        if self.storages.copy_nodes:
+        uncopied = any(e.kind == "erase" and e.node is not None and e.node.kind in COPY_KINDS for e in log.edits)
+        if self.storages.copy_nodes or uncopied:  # the working latency is a simulated one: no delta
             new_order = self.order[:L] + window + self.order[R + 1:]
             sim = simulate(g, new_order, self.cost, validate=False)
             peak, latency = sim.peak, sim.latency
@@ -549,8 +550,7 @@ class DeltaEvaluator:
             latency = self.latency + self._latency_delta(log)
         return Child(app, L, R, tuple(window), peak, latency, self.wl.value(), exact)
 
-    def _placed(self, app: Application, log: EditLog, changed: set[TRef], L: int, R: int,
-                window: list[int]) -> Child:
+    def _placed(self, app: Application, L: int, R: int, window: list[int]) -> Child:
         """The child whose window is ``window`` as placed (a swap), simulated in full."""
         sim = simulate(self.g, self.order[:L] + window + self.order[R + 1:], self.cost, validate=False)
         return Child(app, L, R, tuple(window), sim.peak, sim.latency, self.wl.value(), True)
