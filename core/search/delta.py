@@ -31,6 +31,7 @@ producer, its LOAD just in time for its reader); every other graph is evaluated 
 
 from __future__ import annotations
 
+import bisect
 import heapq
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
@@ -342,7 +343,7 @@ class DeltaEvaluator:
         STORE.  A rescheduled window around the reader would put the STORE next to the LOAD, which
         keeps the tensor on the device across the peak and stalls compute for both copies."""
         g, pos, order = self.g, self.pos, self.order
-        peaks = np.flatnonzero(self.curve == self.curve.max()) if len(self.curve) else np.zeros(0, dtype=np.int64)
+        peaks = self.where().peaks  # ascending
         L, R = lo, hi
         place: dict[int, float] = {}
         stored: dict[int, int] = {}  # an added STORE -> the position of its producer
@@ -364,9 +365,9 @@ class DeltaEvaluator:
             b = min(at)
             src = node.inputs()[0].node
             floor = stored.get(src, pos.get(src, -1)) + 1
-            k = int(np.searchsorted(peaks, b)) - 1
+            k = bisect.bisect_left(peaks, b) - 1
             if k >= 0:
-                floor = max(floor, int(peaks[k]) + 1)
+                floor = max(floor, peaks[k] + 1)
             need = self.cost.transfer_time(node.outputs[0].nbytes)
             q, covered = b, 0.0
             while q > floor and covered < need:

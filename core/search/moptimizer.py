@@ -205,8 +205,8 @@ class MOptimizer:
     def remat_steps(self, s: MState, time_budget: float, candidates: int = REMAT_CANDIDATES,
                     step_rules: tuple[str, ...] | None = None) -> MState:
         """From ``s``, commit one Remat or RematChain (or one of ``step_rules``) per step, the child
-        that lowers the peak at the least latency per byte saved, until none lowers it or the budget ends; returns the last
-        state.  A many-layer model has the same tensor in every layer and needs hundreds of steps,
+        that lowers the peak at the least latency per byte saved, until none lowers it or the
+        budget ends; returns the last state.  A many-layer model has the same tensor in every layer and needs hundreds of steps,
         so the steps go by kind (producer op, shape, dtype): a full scan tries the largest
         hot-spot of each of up to ``candidates`` kinds that some rule applies to (down to 1 /
         ``REMAT_SMALL`` of the largest whose child lowers the peak: smaller ones take as many steps
