@@ -35,7 +35,8 @@ log = logging.getLogger("magis.app")
 MAX_VIEWS = 48  # point views kept in memory (all graphs together)
 MARK_KINDS = ("fission", "remat", "swap")  # how a plan changed an imported op, as the graph marks it
 RULE_KIND = {"fission": "fission", "lift": "fission", "mutate": "fission", "disable": "fission",
-             "remat": "remat", "remat_chain": "remat", "deremat": "remat", "swap": "swap", "deswap": "swap"}
+             "remat": "remat", "remat_chain": "remat", "deremat": "remat", "swap": "swap", "swap_late": "swap",
+             "deswap": "swap"}
 RULE_TEXT = {
     "fission": "F-Trans: split a sub-graph into parts along a dimension (Enable)",
     "lift": "F-Tree Lift: widen an enabled fission to its parent region",
@@ -45,6 +46,7 @@ RULE_TEXT = {
     "remat_chain": "Remat chain: the readers after the peak get recomputed copies of the tensor and its inputs",
     "deremat": "De-remat: merge a recomputed copy back",
     "swap": "Swap: store the tensor to host memory, load it back before its reader",
+    "swap_late": "Swap late: the readers after the peak read one copy loaded back from host memory",
     "deswap": "De-swap: keep the tensor on the device again",
 }
 

@@ -11,6 +11,7 @@ other sizes; and ``problems(result)`` lists what keeps a result from being a cle
 
 from __future__ import annotations
 
+import hashlib
 import importlib.util
 import random
 import sys
@@ -340,8 +341,13 @@ def problems(res: dict[str, Any], exact_steps: bool = True) -> list[str]:
     return out
 
 
-def _safe(s: str) -> str:
-    return "".join(c if c.isalnum() else "_" for c in s)
+def _safe(s: str, limit: int = 60) -> str:
+    """``s`` as a file-name part: alphanumerics kept, the rest ``_``; a long one is cut to ``limit``
+    characters and told apart by a digest of the whole."""
+    out = "".join(c if c.isalnum() else "_" for c in s)
+    if len(out) <= limit:
+        return out
+    return f"{out[:limit - 9]}_{hashlib.sha1(s.encode()).hexdigest()[:8]}"
 
 
 def capture_real(w: Workload, *, name: str | None = None, training: bool = True,

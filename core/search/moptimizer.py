@@ -4,8 +4,9 @@ A best-first priority queue of M-States (``mstate.MState``: a parent, one rule a
 schedule window that incremental scheduling re-ordered).  Each iteration pops the best state, moves
 the one working graph there (``delta.DeltaEvaluator.goto``: applications undone and replayed along
 the tree), applies every rule -- the F-Tree mutations (Enable, Lift, Disable, Mutate), Remat /
-RematChain, De-remat and Swap / De-swap on the memory hot-spots -- and evaluates each child as a delta (the
-changed window rescheduled by MAGIS Algorithm 2, the memory curve and latency updated).  Children are
+RematChain, De-remat and Swap / SwapLate / De-swap on the memory hot-spots -- and evaluates each
+child as a delta (the changed window rescheduled by MAGIS Algorithm 2, the memory curve and latency
+updated).  Children are
 deduplicated by the canonical graph hash (``wl_hash``) and pushed when they are not worse than the
 best state so far relaxed by ``delta`` = 1.1.
 
@@ -44,7 +45,7 @@ from .plan import Plan
 
 DELTA = 1.1  # relaxation of the push test (paper)
 HOT = 6  # hot-spot tensors the tensor rules (remat, swap) are matched on per state
-TENSOR_RULES = ("remat", "remat_chain", "deremat", "swap", "deswap")
+TENSOR_RULES = ("remat", "remat_chain", "deremat", "swap", "swap_late", "deswap")
 MIN_GAP = 0.05  # the Pareto sweep searches frontier gaps wider than 5% in peak
 MIN_GAP_SEARCH = 1.0  # seconds: a shorter remainder of the budget is not spent on a gap
 WARM = 0.5  # optimize's share of the budget for the warm start (btlm_3b: 0.3 -> 0.5, 0.467x -> 0.373x at +10%)
@@ -176,7 +177,7 @@ class MOptimizer:
         -- the lever where fission cannot split the saved activations (batch norm couples the
         batch of a CNN) -- and Remat steps from the imported graph with the other half (a fission
         node over the whole training step leaves nothing to recompute at its peak).  Last, Swap
-        steps (the same steps with the Swap rule) from the archive's lowest-peak states within
+        steps (the same steps with the Swap and SwapLate rules) from the archive's lowest-peak states within
         each latency slack of ``SWAP_FROM``: a swap whose copies overlap compute lowers the peak
         at no latency, but once a graph has copies every child is simulated in full, so swaps come
         after the delta-evaluated Remat chains rather than among them.  Every state on the way
@@ -199,7 +200,7 @@ class MOptimizer:
                 starts.append(best)
         for i, st in enumerate(starts):
             left = time_budget - (time.perf_counter() - t0)
-            self.remat_steps(st, left / (len(starts) - i), step_rules=("swap",))
+            self.remat_steps(st, left / (len(starts) - i), step_rules=("swap", "swap_late"))
         return end
 
     def remat_steps(self, s: MState, time_budget: float, candidates: int = REMAT_CANDIDATES,

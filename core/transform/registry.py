@@ -7,10 +7,10 @@ from .fission import Fission
 from .ftree_rules import Disable, Lift, Mutate
 from .remat import DeRemat, Remat, RematChain
 from .rule import Rule
-from .swap import DeSwap, Swap
+from .swap import DeSwap, Swap, SwapLate
 
 RULES: dict[str, Rule] = {r.name: r for r in (Fission(), Lift(), Disable(), Mutate(), Remat(), RematChain(),
-                                               DeRemat(), Swap(), DeSwap())}
+                                               DeRemat(), Swap(), SwapLate(), DeSwap())}
 
 # the rules whose children keep the schedule free of copies, evaluated exactly as deltas
 REMAT_RULES: dict[str, Rule] = {k: RULES[k] for k in ("remat", "remat_chain", "deremat")}

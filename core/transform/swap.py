@@ -2,8 +2,12 @@
 copied back before one of its users B (LOAD), so between the two copies its device memory is free.
 
 ``Swap(A, B)`` gives B a loaded copy of A; one STORE per tensor is shared by all of its LOADs (a
-second Swap of A for another user adds only a LOAD).  ``DeSwap(L)`` takes a LOAD back: its readers
-read A again, the LOAD is erased, and so is the STORE once no LOAD reads it.  Where the copies go in
+second Swap of A for another user adds only a LOAD).  ``SwapLate(A)`` gives every reader of A's
+storage after a peak step one loaded copy -- a tensor read again and again after the peak (a U-Net's
+skip connection, read by the decoder's concat, the recomputed copies and the backward) is off the
+device only when all of them are -- and applies to a loaded copy too (a second LOAD of the same host
+copy for the readers after a later peak).  ``DeSwap(L)`` takes a LOAD back: its readers read A
+again, the LOAD is erased, and so is the STORE once no LOAD reads it.  Where the copies go in
 the schedule (STORE as early as possible, LOAD as late as the transfer stays hidden) is the
 scheduler's part: ``core.schedule.placement``.  Swap applies only to hot-spot tensors (H2).
 """
@@ -14,6 +18,7 @@ import copy
 from collections.abc import Iterable
 
 from ..ir.graph import Graph, NodeKind, TRef
+from .remat import _recomputed_copy, _storage_readers
 from .rule import Application, Rule, Where
 
 
@@ -88,6 +93,108 @@ class Swap(Rule):
         load = g.add_node(name=f"{src.name}_load_{g.new_id()}", op="load", kind=NodeKind.LOAD,
                           args=[TRef(st, 0)], outputs=[dev], module=g.nodes[b].module)
         g.replace_input(b, ref, TRef(load.id, 0))
+
+
+def _host_copy(g: Graph, ref: TRef) -> int | None:
+    """The STORE whose host copy holds ``ref``'s values: ``ref``'s own STORE, or for a LOAD's output
+    the STORE it loads from (None if there is none yet)."""
+    node = g.nodes[ref.node]
+    if node.kind == NodeKind.LOAD:
+        return node.inputs()[0].node
+    return store_of(g, ref)
+
+
+def late_swappable(g: Graph, ref: TRef) -> bool:
+    """A tensor ``SwapLate`` applies to: one ``swappable`` tensor, or a LOAD's output."""
+    node = g.nodes.get(ref.node)
+    if node is not None and node.kind == NodeKind.LOAD:
+        return g.nodes[node.inputs()[0].node].kind == NodeKind.STORE
+    return swappable(g, ref)
+
+
+class SwapLate(Rule):
+    """SwapLate(A, j; U; V): the readers U of A's output j (directly or through views) read one
+    LOAD of A's host copy; the views V of A that U read through (views made before the peak) are
+    made again on the LOAD (views compute nothing).  ``params`` = ``(A, j, len(U), *U, *V)``, V in
+    schedule order.  A LOAD's output takes one too: the new LOAD reads the same STORE.
+
+    ``match`` needs the schedule: U = the readers of A's storage after the first peak step inside
+    its lifetime, all of them compute ops."""
+
+    name = "swap_late"
+
+    def match(self, g: Graph, hot: Iterable[TRef], where: Where | None = None) -> list[Application]:
+        if where is None or not where.peaks:
+            return []
+        pos = where.pos
+        outputs = {g.storage_root(o) for o in g.output_refs()}
+        apps: list[Application] = []
+        for ref in sorted(set(hot)):
+            if ref.node not in pos or ref in outputs or not late_swappable(g, ref):
+                continue
+            readers, views = _storage_readers(g, ref)
+            last = max((pos[r] for r in readers if r in pos), default=-1)
+            p = next((q for q in where.peaks if pos[ref.node] < q < last), None)
+            if p is None:
+                continue
+            late = sorted((r for r in readers if pos.get(r, -1) > p), key=pos.__getitem__)
+            if not all(_user_ok(g, b) for b in late):
+                continue
+            remade: set[int] = set()
+            for b in late:  # the early views a late reader reads through
+                for x in g.preds(b):
+                    while x in views and x not in remade and pos.get(x, -1) < p:
+                        remade.add(x)
+                        x = views[x]
+            apps.append(Application(self.name, (ref.node, ref.index, len(late), *late,
+                                                *sorted(remade, key=pos.__getitem__))))
+        return apps
+
+    def edit(self, g: Graph, app: Application) -> None:
+        a, j, k = app.params[:3]
+        users, remade = app.params[3:3 + k], app.params[3 + k:]
+        ref = TRef(a, j)
+        if a not in g.nodes or not late_swappable(g, ref):
+            raise ValueError(f"{app}: not a tensor that can be swapped")
+        readers, views = _storage_readers(g, ref)
+        if k < 1 or not set(users) <= readers or not set(remade) <= set(views) or set(users) & set(remade):
+            raise ValueError(f"{app}: the readers and views do not read {g.nodes[a].name!r}")
+        if not all(_user_ok(g, b) for b in users):
+            raise ValueError(f"{app}: a reader is not a compute op")
+        src = g.nodes[a]
+        st = _host_copy(g, ref)
+        if st is None:
+            host = copy.copy(src.outputs[j])
+            host.device, host.storage_bytes = "host", None
+            st = g.add_node(name=f"{src.name}_store", op="store", kind=NodeKind.STORE, args=[ref],
+                            outputs=[host], module=src.module).id
+        dev = copy.copy(src.outputs[j])
+        dev.storage_bytes = None
+        load = g.add_node(name=f"{src.name}_load_{g.new_id()}", op="load", kind=NodeKind.LOAD,
+                          args=[TRef(st, 0)], outputs=[dev], module=g.nodes[users[0]].module)
+        made = {a: load.id}
+        for v in remade:  # in schedule order: a view's base is made before it
+            base = views[v]
+            if base not in made:
+                raise ValueError(f"{app}: view {g.nodes[v].name!r} comes before its base")
+            dup = _recomputed_copy(g, v)
+            if base == a:
+                g.replace_input(dup.id, ref, TRef(load.id, 0))
+            else:
+                for i in range(len(g.nodes[base].outputs)):
+                    g.replace_input(dup.id, TRef(base, i), TRef(made[base], i))
+            made[v] = dup.id
+        for b in users:
+            for p in g.preds(b):
+                if p == a:
+                    g.replace_input(b, ref, TRef(load.id, 0))
+                elif p in made:
+                    for i in range(len(g.nodes[p].outputs)):
+                        g.replace_input(b, TRef(p, i), TRef(made[p], i))
+        outputs = {r.node for r in g.output_refs()}
+        for v in reversed(remade):  # an early view nothing reads any more is dead code
+            if not g.users(v) and v not in outputs:
+                g.erase_node(v)
 
 
 class DeSwap(Rule):
