@@ -519,12 +519,11 @@ class DeltaEvaluator:
             self._undo(app, log, saved)
 
     def _evaluate(self, app: Application, log: EditLog, changed: set[TRef]) -> Child:
-        g = self.g
         lo, hi, added = self._region(log)
         n = len(self.order)
         swap = self._swap_window(lo, hi, added) if self.storages.copy_nodes else None
         if swap is not None:
-            return self._placed(app, *swap)
+            return self._placed(app, *swap, log.touched())
         L, R = get_reschedule_interval(self.nw, lo, hi) if n else (0, -1)
         win = self._window(L, R, added)
         for _ in range(3):
@@ -544,17 +543,69 @@ class DeltaEvaluator:
         peak = int(curve.max()) if len(curve) else 0
         uncopied = any(e.kind == "erase" and e.node is not None and e.node.kind in COPY_KINDS for e in log.edits)
         if self.storages.copy_nodes or uncopied:  # the working latency is a simulated one: no delta
-            new_order = self.order[:L] + window + self.order[R + 1:]
-            sim = simulate(g, new_order, self.cost, validate=False)
-            peak, latency = sim.peak, sim.latency
+            peak, latency = self._simulated(self.order[:L] + window + self.order[R + 1:], log.touched())
         else:
             latency = self.latency + self._latency_delta(log)
         return Child(app, L, R, tuple(window), peak, latency, self.wl.value(), exact)
 
-    def _placed(self, app: Application, L: int, R: int, window: list[int]) -> Child:
+    def _placed(self, app: Application, L: int, R: int, window: list[int], touched: set[int]) -> Child:
         """The child whose window is ``window`` as placed (a swap), simulated in full."""
-        sim = simulate(self.g, self.order[:L] + window + self.order[R + 1:], self.cost, validate=False)
-        return Child(app, L, R, tuple(window), sim.peak, sim.latency, self.wl.value(), True)
+        peak, latency = self._simulated(self.order[:L] + window + self.order[R + 1:], touched)
+        return Child(app, L, R, tuple(window), peak, latency, self.wl.value(), True)
+
+    def _simulated(self, order: list[int], touched: set[int]) -> tuple[int, float]:
+        """(peak, latency) of the working graph under ``order``, as ``simulate`` computes them (the
+        copy stream's timing, a copy's input freed when the copy completes), from the cached op
+        times (those of ``touched`` taken afresh) and the storage index rather than from scratch."""
+        g, times, cost = self.g, self.times, self.cost
+        nodes = g.nodes
+        n = len(order)
+        issue = np.zeros(n)
+        end = np.zeros(n)
+        copies: list[int] = []
+        ready: dict[int, float] = {}
+        t_compute = t_copy = 0.0
+        for i, v in enumerate(order):
+            node = nodes[v]
+            dep = max((ready.get(p, 0.0) for p in g.preds(v)), default=0.0)
+            dur = cost.node_time(g, node) if v in touched or v not in times else times[v]
+            issue[i] = t_compute
+            if node.kind in COPY_KINDS:
+                s = max(dep, t_copy, t_compute)
+                t_copy = s + dur
+                copies.append(i)
+            else:
+                s = max(dep, t_compute)
+                t_compute = s + dur
+                issue[i] = s
+            end[i] = ready[v] = s + dur
+        done = {i: max(i, int(np.searchsorted(issue, end[i], side="left")) - 1) for i in copies}
+        pos = {v: i for i, v in enumerate(order)}
+        kind_of = self.storages.kind_of
+        d = np.zeros(n + 1, dtype=np.int64)
+        for s in self.storages.st.values():
+            how = counted(s, *self.flags)
+            if how == "none":
+                continue
+            if how == "resident":
+                d[0] += s.nbytes
+                d[n] -= s.nbytes
+                continue
+            a = 0 if s.placeholder else pos[s.producer]
+            if s.kept:
+                f = n - 1
+            else:
+                f = done[a] if done and kind_of[s.producer] == NodeKind.LOAD else a
+                for m in s.members:
+                    p = pos[m]
+                    if done and m in s.copies:
+                        p = done[p]
+                    if p > f:
+                        f = p
+            d[a] += s.nbytes
+            d[f + 1] -= s.nbytes
+        curve = np.cumsum(d)[:n]
+        return (int(curve.max()) if n else 0), (float(end.max()) if n else 0.0)
 
     def _latency_delta(self, log: EditLog) -> float:
         g, times = self.g, self.times
