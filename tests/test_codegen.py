@@ -407,3 +407,12 @@ def test_toy_graphs_outputs_and_exact_peak(name):
         assert res["allclose"] and res["max_abs_error"] <= 1e-5
         assert res["audit"] == []
         assert res["measured_peak_bytes"] == res["simulated_peak_bytes"]
+
+
+def test_a_long_schedule_name_makes_a_short_distinct_script_name():
+    from core.codegen.verify import _safe
+
+    long_a, long_b = "lift(" + ", ".join(map(str, range(200))) + ")", "lift(" + ", ".join(map(str, range(201))) + ")"
+    assert _safe("traced order") == "traced_order"
+    a, b = _safe(long_a), _safe(long_b)
+    assert len(a) == len(b) == 60 and a != b and a.startswith("lift_0__1__2")

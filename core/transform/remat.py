@@ -29,7 +29,7 @@ def recomputable(g: Graph, nid: int, views: bool = True) -> bool:
     return not ops.draws_random(n.op)
 
 
-def _recomputed_copy(g: Graph, v: int):
+def recomputed_copy(g: Graph, v: int):
     """A copy of op ``v`` reading what ``v`` reads (``recompute_of`` = ``v``)."""
     src = g.nodes[v]
     return g.add_node(name=f"{src.name}_recompute_{g.new_id()}", op=src.op, kind=src.kind,
@@ -59,7 +59,7 @@ class Remat(Rule):
         src = g.nodes[a]
         if b not in g.users(a):
             raise ValueError(f"{g.nodes[b].name!r} does not read {src.name!r}")
-        dup = _recomputed_copy(g, a)
+        dup = recomputed_copy(g, a)
         for j in range(len(src.outputs)):
             g.replace_input(b, TRef(a, j), TRef(dup.id, j))
 
@@ -68,7 +68,7 @@ CHAIN_OPS = 8  # the most ops a RematChain recomputes (views not counted: they c
 CHAIN_SMALL = 64  # inputs under 1/64 of the hot tensor's bytes are kept rather than recomputed
 
 
-def _storage_readers(g: Graph, root: TRef) -> tuple[set[int], dict[int, int]]:
+def storage_readers(g: Graph, root: TRef) -> tuple[set[int], dict[int, int]]:
     """The nodes that read the storage of ``root`` (directly or through views), and each view op
     of it with the node it views (its input in the storage)."""
     readers: set[int] = set()
@@ -110,7 +110,7 @@ class RematChain(Rule):
             a = ref.node
             if a not in g.nodes or a not in pos or not recomputable(g, a, views=False):
                 continue
-            readers, views = _storage_readers(g, ref)
+            readers, views = storage_readers(g, ref)
             at = [pos[r] for r in readers if r in pos]
             if not at:
                 continue
@@ -148,7 +148,7 @@ class RematChain(Rule):
                 big = [r for r in roots if g.tensor(r).nbytes > small]
                 if not big or not outputs.isdisjoint(big):
                     continue  # too small to matter, or kept to the end
-                if all(any(pos.get(u, -1) >= first for u in _storage_readers(g, r)[0] if u not in members)
+                if all(any(pos.get(u, -1) >= first for u in storage_readers(g, r)[0] if u not in members)
                        for r in big):
                     continue  # alive at the copies' time anyway
                 members.add(x)
@@ -173,7 +173,7 @@ class RematChain(Rule):
             src = g.nodes[v]
             if any(p in inside and p not in copies for p in g.preds(v)):
                 raise ValueError(f"{app}: {src.name!r} comes before an op it reads")
-            dup = _recomputed_copy(g, v)
+            dup = recomputed_copy(g, v)
             for p in g.preds(v):
                 if p in copies:
                     for j in range(len(g.nodes[p].outputs)):

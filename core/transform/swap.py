@@ -18,7 +18,7 @@ import copy
 from collections.abc import Iterable
 
 from ..ir.graph import Graph, NodeKind, TRef
-from .remat import _recomputed_copy, _storage_readers
+from .remat import recomputed_copy, storage_readers
 from .rule import Application, Rule, Where
 
 
@@ -132,7 +132,7 @@ class SwapLate(Rule):
         for ref in sorted(set(hot)):
             if ref.node not in pos or ref in outputs or not late_swappable(g, ref):
                 continue
-            readers, views = _storage_readers(g, ref)
+            readers, views = storage_readers(g, ref)
             last = max((pos[r] for r in readers if r in pos), default=-1)
             p = next((q for q in where.peaks if pos[ref.node] < q < last), None)
             if p is None:
@@ -156,7 +156,7 @@ class SwapLate(Rule):
         ref = TRef(a, j)
         if a not in g.nodes or not late_swappable(g, ref):
             raise ValueError(f"{app}: not a tensor that can be swapped")
-        readers, views = _storage_readers(g, ref)
+        readers, views = storage_readers(g, ref)
         if k < 1 or not set(users) <= readers or not set(remade) <= set(views) or set(users) & set(remade):
             raise ValueError(f"{app}: the readers and views do not read {g.nodes[a].name!r}")
         if not all(_user_ok(g, b) for b in users):
@@ -177,7 +177,7 @@ class SwapLate(Rule):
             base = views[v]
             if base not in made:
                 raise ValueError(f"{app}: view {g.nodes[v].name!r} comes before its base")
-            dup = _recomputed_copy(g, v)
+            dup = recomputed_copy(g, v)
             if base == a:
                 g.replace_input(dup.id, ref, TRef(load.id, 0))
             else:
