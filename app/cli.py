@@ -192,6 +192,7 @@ TRANSFORM_OPTIONS = {  # option -> rule, and what its value names
     "--disable": ("disable", "ID"),
     "--remat": ("remat", "TENSOR:USER"),
     "--swap": ("swap", "TENSOR:USER"),
+    "--swap-late": ("swap_late", "TENSOR"),
     "--deremat": ("deremat", "COPY"),
     "--deswap": ("deswap", "LOAD"),
 }
@@ -214,8 +215,8 @@ def cmd_transform(a: argparse.Namespace) -> dict[str, Any]:
     from core.transform.manual import FTREE_RULES, apply_by_names
 
     if not a.steps:
-        raise ValueError("nothing to apply: give --enable, --mutate, --lift, --disable, --remat, --swap, --deremat "
-                         "or --deswap")
+        raise ValueError("nothing to apply: give --enable, --mutate, --lift, --disable, --remat, --swap, "
+                         "--swap-late, --deremat or --deswap")
     g = load_graph(a.file)
     before = simulate(g, get_scheduler("traced").run(g).order)
     ftree = None
@@ -225,7 +226,13 @@ def cmd_transform(a: argparse.Namespace) -> dict[str, Any]:
         ftree = build_ftree(g)  # node ids refer to the F-Tree of the input graph (`magis ftree`)
     done = []
     for rule, value in a.steps:
-        app, desc = apply_by_names(g, rule, value, ftree)
+        where = None
+        if rule == "swap_late":  # the readers after the peak of the traced order as it stands
+            from core.transform.rule import Where
+
+            order = get_scheduler("traced").run(g).order
+            where = Where({v: i for i, v in enumerate(order)}, tuple(simulate(g, order).memory.peak_steps))
+        app, desc = apply_by_names(g, rule, value, ftree, where)
         done.append({"rule": rule, "spec": value, "application": str(app), "change": desc})
         if not a.json:
             print(f"{rule} {value}: {desc}", file=sys.stderr)
@@ -591,7 +598,9 @@ def build_parser() -> argparse.ArgumentParser:
                  "lift": "Lift: disable enabled F-Tree node ID and enable its parent",
                  "disable": "Disable: take back enabled F-Tree node ID (one without enabled descendants)",
                  "remat": "USER reads a recomputed copy of TENSOR", "swap": "TENSOR is stored to the host "
-                 "after it is produced and loaded back for USER", "deremat": "merge a recomputed copy into its "
+                 "after it is produced and loaded back for USER", "swap_late": "every reader of TENSOR after "
+                 "the peak of the traced order reads one copy loaded back from host memory",
+                 "deremat": "merge a recomputed copy into its "
                  "original", "deswap": "take back a LOAD (and its STORE once unused)"}
         s.add_argument(opt, action=_Step, dest="steps", metavar=what, default=[], help=helps[rule] + " (repeatable)")
     s.add_argument("-o", "--output", required=True, type=Path, help="the transformed graph file")

@@ -1,6 +1,7 @@
 """Rule applications named by node names, as a user writes them (``magis transform``):
 ``remat``/``swap`` take ``TENSOR:USER`` (``NAME#J`` for output J of a multi-output op), ``deremat``
-a recomputed copy's name, ``deswap`` a LOAD's name; the F-Tree rules (``fission`` = Enable, ``mutate``,
+a recomputed copy's name, ``deswap`` a LOAD's name, ``swap_late`` a tensor (its readers after the
+peak of the schedule given as ``where``); the F-Tree rules (``fission`` = Enable, ``mutate``,
 ``disable``, ``lift``) an F-Tree node ``ID[:N]``."""
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ import difflib
 from ..analysis.ftree import FTree
 from ..ir.graph import Graph, Node, TRef
 from .registry import get_rule
-from .rule import Application
+from .rule import Application, Where
 
 FTREE_RULES = ("fission", "lift", "disable", "mutate")
 
@@ -52,9 +53,17 @@ def ftree_application(g: Graph, rule: str, value: str, ftree: FTree) -> Applicat
         raise ValueError(f"{option} {value!r}: {e}") from None
 
 
-def application_by_names(g: Graph, rule: str, value: str) -> Application:
-    """The application of ``rule`` that ``value`` names in ``g``."""
+def application_by_names(g: Graph, rule: str, value: str, where: Where | None = None) -> Application:
+    """The application of ``rule`` that ``value`` names in ``g`` (``swap_late``: under the schedule
+    ``where``)."""
     get_rule(rule)
+    if rule == "swap_late":
+        ref = tensor_named(g, value)
+        apps = get_rule(rule).match(g, [ref], where) if where is not None else []
+        if not apps:
+            raise ValueError(f"--swap-late {value!r}: no reader of it comes after a peak step it is alive at "
+                             f"(nothing to free), or it cannot be swapped")
+        return apps[0]
     if rule in ("remat", "swap"):
         tensor, sep, user = value.partition(":")
         if not sep or not tensor or not user:
@@ -67,15 +76,16 @@ def application_by_names(g: Graph, rule: str, value: str) -> Application:
     return Application(rule, (node_named(g, value).id,))
 
 
-def apply_by_names(g: Graph, rule: str, value: str, ftree: FTree | None = None) -> tuple[Application, str]:
-    """Apply what ``value`` names (the F-Tree rules: a node of ``ftree``); returns the application
-    and a line saying what changed."""
+def apply_by_names(g: Graph, rule: str, value: str, ftree: FTree | None = None,
+                   where: Where | None = None) -> tuple[Application, str]:
+    """Apply what ``value`` names (the F-Tree rules: a node of ``ftree``; ``swap_late``: under the
+    schedule ``where``); returns the application and a line saying what changed."""
     if rule in FTREE_RULES:
         if ftree is None:
             raise ValueError(f"--{rule} needs the graph's F-Tree")
         app = ftree_application(g, rule, value, ftree)
     else:
-        app = application_by_names(g, rule, value)
+        app = application_by_names(g, rule, value, where)
     log = get_rule(app.rule).apply(g, app)
     added = [g[v].name for v in log.added()]
     removed = sorted({e.nid for e in log.edits if e.kind == "erase"})
