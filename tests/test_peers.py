@@ -127,6 +127,7 @@ def test_dtr_stays_within_its_budget_and_pays_exactly_its_recomputations():
     run = PEERS["dtr"].run(g, cost, budgets=(0.9, 0.7, 0.5, 0.35))
     assert [p.label for p in run.plans] == ["budget 0.9", "budget 0.7", "budget 0.5"]
     assert [f.label for f in run.failures] == ["budget 0.35"] and "infeasible" in run.failures[0].reason
+    assert "under a budget of" in run.failures[0].reason and "cannot be evicted" in run.failures[0].reason
     for p in run.plans:
         h = check_plan(g, p, cost)
         assert p.peak <= p.stats["budget"] < eager.peak

@@ -27,6 +27,7 @@ from __future__ import annotations
 import time
 from collections import Counter
 
+from ...fmt import format_bytes
 from ...ir.graph import Graph, NodeKind, TRef
 from ...transform.remat import recomputable
 from .base import Peer, eager_peak
@@ -117,8 +118,10 @@ class DTRSim:
         while self.mem + need > self.budget:
             victim = self._choose()
             if victim is None:
-                raise DTRFailure(f"infeasible: {self.g.nodes[v].name!r} needs {need} B with "
-                                 f"{self.mem} B resident and nothing evictable")
+                raise DTRFailure(f"infeasible under a budget of {format_bytes(self.budget)}: "
+                                 f"{self.g.nodes[v].name!r} needs {format_bytes(need)} more while "
+                                 f"{format_bytes(self.mem)} is held by tensors that cannot be evicted "
+                                 f"(inputs, weights, outputs, random ops, or inputs of the op being computed)")
             self._evict(victim)
         self.mem += need
         self.peak = max(self.peak, self.mem)
