@@ -25,7 +25,7 @@ class UNetPlusPlus(nn.Module):
     """U-Net++ of depth ``len(widths) - 1`` without deep supervision."""
 
     def __init__(self, in_channels: int = 3, num_classes: int = 2,
-                 widths: tuple[int, ...] = (32, 64, 128, 256, 512)) -> None:
+                 widths: tuple[int, ...] = (32, 64, 128, 256, 512), norm: bool = True) -> None:
         super().__init__()
         self.depth = len(widths) - 1
         self.pool = nn.MaxPool2d(2)
@@ -33,10 +33,10 @@ class UNetPlusPlus(nn.Module):
         self.up = nn.ModuleDict()
         for i in range(self.depth + 1):
             cin = in_channels if i == 0 else widths[i - 1]
-            self.conv[f"x{i}_0"] = DoubleConv(cin, widths[i])
+            self.conv[f"x{i}_0"] = DoubleConv(cin, widths[i], norm)
             for j in range(1, self.depth - i + 1):
                 self.up[f"x{i}_{j}"] = nn.ConvTranspose2d(widths[i + 1], widths[i], 2, stride=2)
-                self.conv[f"x{i}_{j}"] = DoubleConv((j + 1) * widths[i], widths[i])
+                self.conv[f"x{i}_{j}"] = DoubleConv((j + 1) * widths[i], widths[i], norm)
         self.head = nn.Conv2d(widths[0], num_classes, 1)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -51,17 +51,19 @@ class UNetPlusPlus(nn.Module):
         return self.head(rows[0][self.depth])
 
 
-def build_unetpp(name: str, tiny: bool) -> Sample:
-    """U-Net++ depth 4, widths [32..512], batch 16 at 256x256; tiny: depth 2, widths [8,16,32], batch 2, 32x32."""
+def build_unetpp(name: str, tiny: bool, norm: bool = True) -> Sample:
+    """U-Net++ depth 4, widths [32..512], batch 16 at 256x256; tiny: depth 2, widths [8,16,32], batch 2, 32x32.
+    ``norm=False``: without BatchNorm (the samples have it)."""
+    bn = "BatchNorm" if norm else "no BatchNorm"
     if tiny:
         widths, batch, size = (8, 16, 32), 2, 32
-        desc = "U-Net++ tiny: depth 2, widths [8,16,32], BatchNorm, batch 2, 3x32x32 -> 2 classes per pixel"
+        desc = f"U-Net++ tiny: depth 2, widths [8,16,32], {bn}, batch 2, 3x32x32 -> 2 classes per pixel"
     else:
         widths, batch, size = (32, 64, 128, 256, 512), 16, 256
-        desc = ("U-Net++: depth 4, widths [32,64,128,256,512], BatchNorm, no deep supervision, batch 16, "
+        desc = (f"U-Net++: depth 4, widths [32,64,128,256,512], {bn}, no deep supervision, batch 16, "
                 "3x256x256 -> 2 classes per pixel")
     classes = 2
-    module = UNetPlusPlus(3, classes, widths).train()
+    module = UNetPlusPlus(3, classes, widths, norm).train()
     x = torch.randn(batch, 3, size, size)
     y = torch.randint(0, classes, (batch, size, size))
     return Sample(name, module, (x, y), classify_loss, plain_forward, torch.float32, desc, not tiny)

@@ -111,3 +111,26 @@ def test_bert_base_loss_under_fake_mode() -> None:
         logits = s.forward_fn(s.module, *s.inputs)
     assert isinstance(loss, FakeTensor) and loss.shape == () and loss.dtype == torch.float32
     assert tuple(logits.shape) == (32, 512, 30522)
+
+
+@pytest.mark.parametrize("name", ["unet_tiny", "unetpp_tiny"])
+def test_unets_without_batch_norm_split_along_the_batch_over_most_of_the_step(name: str) -> None:
+    """``norm=False`` (U-Net as Ronneberger et al. wrote it): no batch norm op in the training graph,
+    and the F-Tree's largest region -- a batch split -- covers most of the training step; batch norm
+    reduces over the batch, so in the samples every region stops at one (bench/unet_norm.py
+    measures what that costs the search)."""
+    from core.analysis.ftree import build_ftree
+    from core.frontend.workload import capture_workload
+    from sample_graphs.unet import build_unet
+    from sample_graphs.unetpp import build_unetpp
+
+    build = build_unet if name == "unet_tiny" else build_unetpp
+    share = {}
+    for norm in (True, False):
+        torch.manual_seed(0)
+        g = capture_workload(build(name, True, norm=norm), name=name)
+        assert (sum("batch_norm" in n.op for n in g.ops()) > 0) == norm
+        big = max(build_ftree(g).nodes, key=lambda f: len(f.split.nodes))
+        assert big.split.length == 2  # the batch
+        share[norm] = len(big.split.nodes) / len(list(g.ops()))
+    assert share[False] > 0.5 > 0.2 > share[True]
