@@ -1,7 +1,7 @@
 """The F-Tree view in headless Chromium (playwright): switch the side panel to the F-Tree, click a
 node with the mouse, and see its details and its sub-graph S outlined in the computation graph.
 
-The app (``fig6_ftree``: a small F-Tree, and a precomputed frontier whose first point enables one of
+The app (``fig6_ftree``: a small F-Tree, and a precomputed frontier with a point that enables one of
 its nodes) is served from a thread; the screenshot goes to ``test-artifacts/app_ftree.png``.
 Skipped (with the reason) only when /usr/bin/chromium is missing.
 """
@@ -25,6 +25,7 @@ from tests.test_app_browser import (
 )
 
 GID = "sample:fig6_ftree"
+FTREE = ("fission", "lift", "mutate", "disable")
 
 pytestmark = [pytest.mark.browser]
 
@@ -70,7 +71,14 @@ def test_ftree_view_click_highlights_s_in_the_graph(page, server):
     several = len(ft.roots()) > 1  # then they hang under a synthetic root
     assert cy_eval(page, "ftree", "cy.edges().length") == len(ft.nodes) - (0 if several else 1)
     assert cy_eval(page, "ftree", "cy.nodes('.ft-root').length") == (1 if several else 0)
-    # the frontier's first point (selected at load) enables one node: n = 2
+    # a frontier point that enables one node (n = 2) and no other F-Tree change, selected as the
+    # slider and the Pareto figure select it
+    f = state.plans.frontier(GID)
+    key = next(k for k, p in enumerate(f.points) if p.method == "magis"
+               and [(a.rule, a.params[0]) for a in p.applications if a.rule in FTREE] == [("fission", 2)])
+    page.wait_for_function("() => !!window.dash_clientside && !!window.dash_clientside.set_props")
+    page.evaluate("(sel) => window.dash_clientside.set_props('plan', {data: sel})",
+                  {"gid": GID, "version": f.version, "key": key})
     page.wait_for_function(_cy("cy.nodes('.ft-enabled').length === 1"), arg=["ftree", None])
     assert "n = 2" in cy_eval(page, "ftree", "cy.nodes('.ft-enabled')[0].data('label')")
     assert "candidate F-Trans" in page.locator("#ftree-status").inner_text()
