@@ -11,14 +11,14 @@ available per step and over time (seconds); the peak is the same on both.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from .analysis.lifetimes import MemoryProfile, Storage, memory_over_time, memory_profile, storage_table
 from .cost.model import AnalyticCost, CostModel
-from .ir.graph import Graph, NodeKind, TRef
+from .ir.graph import Graph, Node, NodeKind, TRef
 
 COPY_KINDS = (NodeKind.STORE, NodeKind.LOAD)
 
@@ -73,10 +73,11 @@ class SimResult:
         return memory_over_time(self.memory.storages, self.issue, free_time)
 
 
-def simulate(g: Graph, order: Sequence[int], cost: CostModel | None = None,
-             count_resident: bool = True, validate: bool = True) -> SimResult:
-    cost = cost or AnalyticCost()
-    order = list(order)
+def stream_times(g: Graph, order: Sequence[int],
+                 duration: Callable[[Node], float]) -> tuple[np.ndarray, np.ndarray, np.ndarray, list[str]]:
+    """THE timing semantics: (start, end, issue time, stream) of each step of ``order``.  Compute ops
+    run one after another on the compute stream once their inputs are ready; a STORE/LOAD is issued
+    in program order (at the compute stream's time) and queued on the copy stream."""
     n = len(order)
     start = np.zeros(n)
     end = np.zeros(n)
@@ -88,8 +89,8 @@ def simulate(g: Graph, order: Sequence[int], cost: CostModel | None = None,
     nodes = g.nodes
     for i, nid in enumerate(order):
         node = nodes[nid]
-        dep = max((ready.get(r.node, 0.0) for r in node.inputs()), default=0.0)
-        dur = cost.node_time(g, node)
+        dep = max((ready.get(p, 0.0) for p in g.preds(nid)), default=0.0)
+        dur = duration(node)
         issue[i] = t_compute
         if node.kind in COPY_KINDS:  # issued in program order, then queued on the copy stream
             s = max(dep, t_copy, t_compute)
@@ -101,12 +102,23 @@ def simulate(g: Graph, order: Sequence[int], cost: CostModel | None = None,
             issue[i] = s
         start[i], end[i] = s, s + dur
         ready[nid] = s + dur
+    return start, end, issue, stream
 
-    def copy_done(step: int) -> int:
-        """The last step issued before the copy issued at ``step`` finishes."""
-        return max(step, int(np.searchsorted(issue, end[step], side="left")) - 1)
 
-    done = {i: copy_done(i) for i, k in enumerate(stream) if k == "copy"}
+def copies_done(end: np.ndarray, issue: np.ndarray, stream: Sequence[str]) -> dict[int, int]:
+    """Each copy step -> the last step issued before the copy finishes (its input, or its output's
+    readiness, is held until then)."""
+    return {i: max(i, int(np.searchsorted(issue, end[i], side="left")) - 1)
+            for i, k in enumerate(stream) if k == "copy"}
+
+
+def simulate(g: Graph, order: Sequence[int], cost: CostModel | None = None,
+             count_resident: bool = True, validate: bool = True) -> SimResult:
+    cost = cost or AnalyticCost()
+    order = list(order)
+    n = len(order)
+    start, end, issue, stream = stream_times(g, order, lambda node: cost.node_time(g, node))
+    done = copies_done(end, issue, stream)
     mem = memory_profile(g, order, count_resident=count_resident, validate=validate,
                          copy_done=done.__getitem__ if done else None)
     latency = float(end.max()) if n else 0.0
@@ -118,4 +130,4 @@ def op_times(g: Graph, cost: CostModel | None = None) -> dict[int, float]:
     return {n.id: cost.node_time(g, n) for n in g.ops()}
 
 
-__all__ = ["SimResult", "simulate", "op_times", "TRef"]
+__all__ = ["SimResult", "copies_done", "simulate", "stream_times", "op_times", "TRef"]

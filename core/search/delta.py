@@ -45,7 +45,7 @@ from ..ir.graph import EditLog, Graph, GraphError, NodeKind, TensorKind, TRef
 from ..schedule.footprint import MemoryModel
 from ..schedule.incremental import SEARCH, get_reschedule_interval, schedule_parts
 from ..schedule.units import UnitProblem
-from ..simulate import COPY_KINDS, simulate
+from ..simulate import COPY_KINDS, copies_done, simulate, stream_times
 from ..transform.registry import REMAT_RULES
 from ..transform.rule import Application, Rule, Where
 from .mstate import MState
@@ -239,7 +239,9 @@ class DeltaEvaluator:
         self._stack: list[tuple[MState, EditLog, tuple[int, ...], set[TRef], dict]] = []
 
     # ---- from scratch ----------------------------------------------------------------------------
-    def _interval(self, s: _Storage, pos, last: int) -> tuple[int, int, int] | None:
+    def _interval(self, s: _Storage, pos, last: int, done: dict[int, int] | None = None) -> tuple[int, int, int] | None:
+        """(alloc, free, bytes) of storage ``s`` as ``lifetimes.storage_events`` has it (``done``: a
+        copy step -> the last step issued before the copy finishes, from ``simulate.copies_done``)."""
         how = counted(s, *self.flags)
         if how == "none":
             return None
@@ -248,9 +250,11 @@ class DeltaEvaluator:
         a = 0 if s.placeholder else pos(s.producer)
         if s.kept:
             return (a, last, s.nbytes)
-        f = a
+        f = done[a] if done and self.storages.kind_of[s.producer] == NodeKind.LOAD else a
         for m in s.members:
             p = pos(m)
+            if done and m in s.copies:
+                p = done[p]
             if p > f:
                 f = p
         return (a, f, s.nbytes)
@@ -558,54 +562,24 @@ class DeltaEvaluator:
         copy stream's timing, a copy's input freed when the copy completes), from the cached op
         times (those of ``touched`` taken afresh) and the storage index rather than from scratch."""
         g, times, cost = self.g, self.times, self.cost
-        nodes = g.nodes
         n = len(order)
-        issue = np.zeros(n)
-        end = np.zeros(n)
-        copies: list[int] = []
-        ready: dict[int, float] = {}
-        t_compute = t_copy = 0.0
-        for i, v in enumerate(order):
-            node = nodes[v]
-            dep = max((ready.get(p, 0.0) for p in g.preds(v)), default=0.0)
-            dur = cost.node_time(g, node) if v in touched or v not in times else times[v]
-            issue[i] = t_compute
-            if node.kind in COPY_KINDS:
-                s = max(dep, t_copy, t_compute)
-                t_copy = s + dur
-                copies.append(i)
-            else:
-                s = max(dep, t_compute)
-                t_compute = s + dur
-                issue[i] = s
-            end[i] = ready[v] = s + dur
-        done = {i: max(i, int(np.searchsorted(issue, end[i], side="left")) - 1) for i in copies}
-        pos = {v: i for i, v in enumerate(order)}
-        kind_of = self.storages.kind_of
+        if not n:
+            return 0, 0.0
+
+        def duration(node) -> float:
+            v = node.id
+            return cost.node_time(g, node) if v in touched or v not in times else times[v]
+
+        _, end, issue, stream = stream_times(g, order, duration)
+        done = copies_done(end, issue, stream)
+        pos = {v: i for i, v in enumerate(order)}.__getitem__
         d = np.zeros(n + 1, dtype=np.int64)
         for s in self.storages.st.values():
-            how = counted(s, *self.flags)
-            if how == "none":
-                continue
-            if how == "resident":
-                d[0] += s.nbytes
-                d[n] -= s.nbytes
-                continue
-            a = 0 if s.placeholder else pos[s.producer]
-            if s.kept:
-                f = n - 1
-            else:
-                f = done[a] if done and kind_of[s.producer] == NodeKind.LOAD else a
-                for m in s.members:
-                    p = pos[m]
-                    if done and m in s.copies:
-                        p = done[p]
-                    if p > f:
-                        f = p
-            d[a] += s.nbytes
-            d[f + 1] -= s.nbytes
-        curve = np.cumsum(d)[:n]
-        return (int(curve.max()) if n else 0), (float(end.max()) if n else 0.0)
+            iv = self._interval(s, pos, n - 1, done)
+            if iv is not None:
+                d[max(iv[0], 0)] += iv[2]
+                d[iv[1] + 1] -= iv[2]
+        return int(np.cumsum(d)[:n].max()), float(end.max())
 
     def _latency_delta(self, log: EditLog) -> float:
         g, times = self.g, self.times
