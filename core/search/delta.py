@@ -22,11 +22,12 @@ A state's memory is its parent, the application and the re-ordered window (``mst
 ``goto`` moves the working state to any state by undoing and replaying applications along the tree.
 The narrow-waist values that pick the window are those of the imported graph (a node that a rule
 added takes its origin's value): they only choose where a window ends, so they are not recomputed
-per state.  Its rules default to the remat family (``transform.registry.REMAT_RULES``); graphs with
-STORE/LOAD copies are evaluated with the full simulator (copy timing moves frees after the window),
-and a swap is placed rather than rescheduled (``_swap_window``: its STORE right after the tensor's
-producer, its LOAD just in time for its reader); every other graph is evaluated exactly as
-``simulate`` would, which the tests and ``bench/states.py`` check.
+per state.  Its rules default to the remat family (``transform.registry.REMAT_RULES``).  A graph with
+STORE/LOAD copies is simulated in full per child, since copy timing moves frees past the window (the
+cached op times and the storage index with ``simulate``'s timing, ``bench/swap_children.py``), and a
+swap is placed rather than rescheduled (``_swap_window``: its STORE right after the tensor's
+producer, its LOAD just in time for its reader).  Every child is evaluated exactly as ``simulate``
+would, which the tests and ``bench/states.py`` check.
 """
 
 from __future__ import annotations
