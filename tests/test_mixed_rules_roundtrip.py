@@ -1,6 +1,6 @@
 """Every rule of the M-Optimizer together, end to end on every tiny workload: seeded random walks in
-which F-Tree mutations and tensor rules (remat, remat chains, swap, late swaps and their inverses) alternate
-through the search's own ``DeltaEvaluator`` (the rarer rules -- lift, disable, mutate, de-remat,
+which F-Tree mutations and tensor rules (remat, remat chains, swap, late swaps and their inverses)
+alternate through the search's own ``DeltaEvaluator`` (the rarer rules -- lift, disable, mutate, de-remat,
 de-swap -- weighted up).  Each state must lint (no cycle; a recomputed copy's
 original is in the graph) and its exported script must match eager PyTorch (loss and every gradient,
 rtol 1e-4, float64) at the simulated peak; going back to the root restores the imported graph exactly.

@@ -271,3 +271,11 @@ def test_swap_late_of_a_loaded_copy_loads_the_same_host_copy_again():
     assert not g.users(l1) and g.lint_problems() == []
     with pytest.raises(ValueError):  # f does not read the first load
         SwapLate().apply(g, Application("swap_late", (l1, 0, 1, ids["f"])))
+
+
+def test_where_finds_the_first_peak_strictly_inside_a_lifetime():
+    from core.transform.rule import Where
+
+    w = Where({}, (3, 7, 9))
+    assert [w.peak_between(lo, hi) for lo, hi in [(0, 5), (3, 9), (3, 7), (7, 10), (9, 12), (0, 3)]] == \
+        [3, 7, None, 9, None, None]

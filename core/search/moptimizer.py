@@ -6,9 +6,8 @@ the one working graph there (``delta.DeltaEvaluator.goto``: applications undone 
 the tree), applies every rule -- the F-Tree mutations (Enable, Lift, Disable, Mutate), Remat /
 RematChain, De-remat and Swap / SwapLate / De-swap on the memory hot-spots -- and evaluates each
 child as a delta (the changed window rescheduled by MAGIS Algorithm 2, the memory curve and latency
-updated).  Children are
-deduplicated by the canonical graph hash (``wl_hash``) and pushed when they are not worse than the
-best state so far relaxed by ``delta`` = 1.1.
+updated).  Children are deduplicated by the canonical graph hash (``wl_hash``) and pushed when they
+are not worse than the best state so far relaxed by ``delta`` = 1.1.
 
 Two modes, compared lexicographically as the paper does:
 
@@ -177,10 +176,10 @@ class MOptimizer:
         -- the lever where fission cannot split the saved activations (batch norm couples the
         batch of a CNN) -- and Remat steps from the imported graph with the other half (a fission
         node over the whole training step leaves nothing to recompute at its peak).  Last, Swap
-        steps (the same steps with the Swap and SwapLate rules) from the archive's lowest-peak states within
-        each latency slack of ``SWAP_FROM``: a swap whose copies overlap compute lowers the peak
-        at no latency, but once a graph has copies every child is simulated in full, so swaps come
-        after the delta-evaluated Remat chains rather than among them.  Every state on the way
+        steps (the same steps with the Swap and SwapLate rules) from the archive's lowest-peak
+        states within each latency slack of ``SWAP_FROM``: a swap whose copies overlap compute
+        lowers the peak at no latency, but once a graph has copies every child is simulated in
+        full, so swaps come after the delta-evaluated Remat chains rather than among them.  Every state on the way
         enters the Pareto archive; the fission chain's end is returned."""
         from .greedy import greedy_fission
 
@@ -207,8 +206,8 @@ class MOptimizer:
                     step_rules: tuple[str, ...] | None = None) -> MState:
         """From ``s``, commit one Remat or RematChain (or one of ``step_rules``) per step, the child
         that lowers the peak at the least latency per byte saved, until none lowers it or the
-        budget ends; returns the last state.  A many-layer model has the same tensor in every layer and needs hundreds of steps,
-        so the steps go by kind (producer op, shape, dtype): a full scan tries the largest
+        budget ends; returns the last state.  A many-layer model has the same tensor in every layer
+        and needs hundreds of steps, so the steps go by kind (producer op, shape, dtype): a full scan tries the largest
         hot-spot of each of up to ``candidates`` kinds that some rule applies to (down to 1 /
         ``REMAT_SMALL`` of the largest whose child lowers the peak: smaller ones take as many steps
         for less); then, kind by kind in the scan's order (cheapest first), the largest hot-spot

@@ -115,12 +115,12 @@ class RematChain(Rule):
             if not at:
                 continue
             last = max(at)
-            for p in sorted({q for q in where.peaks if pos[a] < q < last}):
+            p = where.peak_between(pos[a], last)  # one chain per hot-spot, from the first peak inside
+            if p is not None:
                 app = self._chain(g, ref, readers, views, p, pos)
                 if app is not None and app.params not in done:
                     done.add(app.params)
                     apps.append(app)
-                break  # the first peak step inside the interval: one chain per hot-spot
         return apps
 
     def _chain(self, g: Graph, ref: TRef, readers: set[int], views: dict[int, int], p: int,

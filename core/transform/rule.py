@@ -11,6 +11,7 @@ onto the imported graph identically -- a plan is that sequence.
 
 from __future__ import annotations
 
+import bisect
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
@@ -34,7 +35,13 @@ class Where:
     the schedule and the positions of its peak steps."""
 
     pos: Mapping[int, int]
-    peaks: tuple[int, ...] = field(default=())
+    peaks: tuple[int, ...] = field(default=())  # ascending
+
+    def peak_between(self, lo: int, hi: int) -> int | None:
+        """The first peak step strictly between positions ``lo`` and ``hi`` (a tensor made at
+        ``lo`` and last read at ``hi`` is alive across it), or None."""
+        k = bisect.bisect_right(self.peaks, lo)
+        return self.peaks[k] if k < len(self.peaks) and self.peaks[k] < hi else None
 
 
 class Rule:

@@ -67,7 +67,7 @@ class Swap(Rule):
                 pos = where.pos
                 at = [pos[b] for b in g.readers(ref) if b in pos]
                 last = max(at, default=-1)
-                p = next((q for q in where.peaks if pos.get(ref.node, last) < q < last), None)
+                p = where.peak_between(pos.get(ref.node, last), last)
                 readers = [] if p is None else [b for b in readers if pos.get(b, -1) > p]
             apps.extend(Application(self.name, (ref.node, ref.index, b)) for b in readers)
         return apps
@@ -134,7 +134,7 @@ class SwapLate(Rule):
                 continue
             readers, views = storage_readers(g, ref)
             last = max((pos[r] for r in readers if r in pos), default=-1)
-            p = next((q for q in where.peaks if pos[ref.node] < q < last), None)
+            p = where.peak_between(pos[ref.node], last)
             if p is None:
                 continue
             late = sorted((r for r in readers if pos.get(r, -1) > p), key=pos.__getitem__)
