@@ -1,8 +1,8 @@
 """The F-Tree view's pure builders (``app.ftree_view``) on the ``fig6_ftree`` sample.
 
 Its forward graph's F-Tree is the chain of four nested batch splits that
-``test_fission.py::test_algorithm_1_on_the_fig6_sample_by_hand`` computes by hand: heat 1536, 1280,
-1280 and 512 bytes, scores 768, 640, 384 and 256.  The training graph (what the app opens) has two
+``test_fission.py::test_algorithm_1_on_the_fig6_sample_by_hand`` computes by hand: heat 1792, 1536,
+1280 and 512 bytes, scores 896, 768, 640 and 256 (the root is the whole graph, dominated by the input).  The training graph (what the app opens) has two
 roots, so its view hangs them under a synthetic "F-Tree" node.
 """
 
@@ -70,11 +70,11 @@ def test_elements_of_the_hand_checked_chain(fig6_forward):
     assert [n["data"]["fid"] for n in nodes] == [0, 1, 2, 3]  # one root: no synthetic node
     assert _edges(els) == [("t-f0", "t-f1"), ("t-f1", "t-f2"), ("t-f2", "t-f3")]
     labels = [n["data"]["label"] for n in nodes]
-    assert labels == ["#0 · dim 0 · n = 1\nheat 1.50 KiB\n11 ops", "#1 · dim 0 · n = 1\nheat 1.25 KiB\n5 ops",
-                      "#2 · dim 0 · n = 1\nheat 1.25 KiB\n4 ops", "#3 · dim 0 · n = 1\nheat 512 B\n1 op"]
-    assert [f.heat for f in ft.nodes] == [1536, 1280, 1280, 512]
+    assert labels == ["#0 · dim 0 · n = 1\nheat 1.75 KiB\n12 ops", "#1 · dim 0 · n = 1\nheat 1.50 KiB\n11 ops",
+                      "#2 · dim 0 · n = 1\nheat 1.25 KiB\n5 ops", "#3 · dim 0 · n = 1\nheat 512 B\n1 op"]
+    assert [f.heat for f in ft.nodes] == [1792, 1536, 1280, 512]
     assert {n["classes"] for n in nodes} == {"ft-cand"}
-    assert [n["data"]["dominator"] for n in nodes] == ["addmm", "addmm_1", "relu_1", "sigmoid"]
+    assert [n["data"]["dominator"] for n in nodes] == ["input_0", "addmm", "addmm_1", "sigmoid"]
     # the hottest node is the darkest
     assert nodes[0]["data"]["color"] != nodes[3]["data"]["color"] and nodes[0]["data"]["fg"] == "#ffffff"
 
@@ -82,12 +82,12 @@ def test_elements_of_the_hand_checked_chain(fig6_forward):
 def test_enabled_classes_from_the_plan_marks(fig6_forward):
     g, ft = fig6_forward
     by = {g[v].name: v for v in g.nodes}
-    inner = ["addmm_2", "addmm_3", "mul", "sigmoid"]  # S of node 2
+    inner = ["addmm_3", "addmm_2", "mul", "sigmoid", "relu_1"]  # S of node 2
     marks = {str(by[n]): "fission" for n in inner} | {str(by["relu"]): "remat"}
     on = enabled_from_marks(ft, marks)
     assert on == {2, 3}  # node 3's S (addmm_3) lies inside node 2's: the marks cannot tell them apart
     assert enabled_from_marks(ft, {by[n]: "fission" for n in inner[:3]}) == {3}  # int keys too
-    assert enabled_from_marks(ft, {str(by["relu_1"]): "swap"}) == set()
+    assert enabled_from_marks(ft, {str(by["relu"]): "swap"}) == set()
     els = ftree_elements(g, ft, "t", on, {2: 4})
     cls = {n["data"]["fid"]: n["classes"] for n in _nodes(els)}
     assert cls == {0: "ft-cand", 1: "ft-cand", 2: "ft-enabled", 3: "ft-enabled"}
@@ -101,13 +101,13 @@ def test_details_of_a_node(fig6_forward):
     f = ft.nodes[2]
     assert split_dim(g, f)[2] == 0 and set(op_dims(g, f).values()) == {"dim 0"}
     text = _text(ftree_details(g, f, None, ft.dgraph.describe))
-    for part in ("F-Tree node #2", "candidate", "4 ops: ", "sigmoid", "addmm_3", "split dimension",
-                 "dim 0 of", "[8, 8]", "1 · candidate (n = 1)", "1.25 KiB", "score (Eq. 4)", "384 B",
-                 "level", "2 (of the score", "dominator", "relu_1 (relu)", "parent", "#1", "children", "#3"):
+    for part in ("F-Tree node #2", "candidate", "5 ops: ", "relu_1", "sigmoid", "addmm_3", "split dimension",
+                 "dim 0 of", "[8, 8]", "1 · candidate (n = 1)", "1.25 KiB", "score (Eq. 4)", "640 B",
+                 "level", "2 (of the score", "dominator", "addmm_1 (addmm)", "parent", "#1", "children", "#3"):
         assert part in text, part
     on = _text(ftree_details(g, ft.nodes[0], 4))
-    assert "4 · enabled (n > 1) in the selected plan" in on and "11 ops: " in on and "(+3 more)" in on
-    assert "768 B" in on and "addmm (addmm)" in on and "- (a root)" in on
+    assert "4 · enabled (n > 1) in the selected plan" in on and "12 ops: " in on and "(+4 more)" in on
+    assert "896 B" in on and "input_0 (placeholder)" in on and "- (a root)" in on
     assert ftree_details(g, f).to_plotly_json()["props"]["data-fid"] == 2
 
 

@@ -158,31 +158,37 @@ def run_mlp_script(g: Graph, tmp_path) -> tuple[str, int, int]:
 
 def test_algorithm_1_on_the_mlp_by_hand():
     """Hot-spots at the peak (step r): x, w1, w2 (resident) and a, r (2048 B each); y is not hot.
-    In both components that span the ops (the batch, and the hidden dim of 64), G' = {a, r, y} is a
-    chain, so a dominates r dominates y.  Eq. 3: heat(a) = |a| + |r| = 4096, heat(r) = 2048,
-    heat(y) = 0.  Eq. 4 with n = 2: every input of T.des(a) = {a, r, y} from outside (x, w1, w2) is a
-    hot-spot, so score(a) = 4096 / 2 = 2048; T.des(r) reads a and w2, both hot: score(r) = 1024.
-    Normalised by s_max = 2048 with L = 4: a is in level [1, 1.25), r in [0.5, 0.75).  Candidates:
-    S = T.des(a) minus a = {r, y} and S = T.des(r) minus r = {y}, in both components -- along the
-    batch every output is concatenated, along the hidden dim y is a partial sum over it."""
+    T is the dominator tree from the activation input x, so x is T's root in every component that
+    holds a dim of x.  Along the batch G' = {x, a, r, y} is a chain.  Eq. 3: heat(x) = |x| + |a| + |r|
+    = 128 + 4096 = 4224, heat(a) = 4096, heat(r) = 2048, heat(y) = 0.  Eq. 4 with n = 2: every input
+    from outside (w1, w2) is a hot-spot, so score(x) = 2112, score(a) = 2048, score(r) = 1024.
+    Normalised by s_max = 2112 with L = 4: x is in level [1, 1.25), a (0.97) in [0.75, 1), r (0.48)
+    in [0.25, 0.5).  Candidates S = T.des(v) minus v: {a, r, y}, {r, y} and {y}, every output
+    concatenated along the batch.  Along the hidden dim of 64, G' = {a, r, y} (x has no dim there):
+    score(a) = 2048, score(r) = 1024 (levels 4 and 2), S = {r, y} and {y}, y a partial sum over it.
+    Along k (x's dim 1, a reduce axis of a), G' = {x, a}: heat(x) = 128 + 2048, score 1088, S = {a},
+    a partial sum."""
     g, t = mlp()
     ft = build_ftree(g)
     dg = ft.dgraph
     batch, hidden = dg.component((t["x"].node, 0, 0)), dg.component((t["w1"].node, 0, 1))
-    r, y, a = t["r"].node, t["y"].node, t["a"].node
+    k = dg.component((t["x"].node, 0, 1))
+    x, r, y, a = t["x"].node, t["r"].node, t["y"].node, t["a"].node
     got = {(frozenset(f.split.nodes), dg.component(f.split.comp)): (f.dominator, f.heat, f.score, f.level,
                                                       f.split.combine) for f in ft.nodes}
     assert got == {
-        (frozenset({r, y}), batch): (a, 4096, 2048.0, 4, [("cat", 0)]),
-        (frozenset({y}), batch): (r, 2048, 1024.0, 2, [("cat", 0)]),
+        (frozenset({a, r, y}), batch): (x, 4224, 2112.0, 4, [("cat", 0)]),
+        (frozenset({r, y}), batch): (a, 4096, 2048.0, 3, [("cat", 0)]),
+        (frozenset({y}), batch): (r, 2048, 1024.0, 1, [("cat", 0)]),
         (frozenset({r, y}), hidden): (a, 4096, 2048.0, 4, [("sum", None)]),
         (frozenset({y}), hidden): (r, 2048, 1024.0, 2, [("sum", None)]),
+        (frozenset({a}), k): (x, 2176, 1088.0, 4, [("sum", None)]),
     }
-    for f in ft.nodes:  # nested candidates are children: {y} under a {r, y}
-        if len(f.split.nodes) == 1:
-            assert f.parent is not None and set(ft.nodes[f.parent].split.nodes) == {r, y}
-        else:
-            assert f.parent is None
+    parent = {frozenset(f.split.nodes) | {dg.component(f.split.comp)}:
+              None if f.parent is None else frozenset(ft.nodes[f.parent].split.nodes) for f in ft.nodes}
+    assert parent == {frozenset({a, r, y, batch}): None, frozenset({r, y, batch}): frozenset({a, r, y}),
+                      frozenset({y, batch}): frozenset({r, y}), frozenset({r, y, hidden}): frozenset({a, r, y}),
+                      frozenset({y, hidden}): frozenset({r, y}), frozenset({a, k}): frozenset({a, r, y})}
     assert all(f.n == 1 for f in ft.nodes)
 
 
@@ -212,13 +218,20 @@ def test_algorithm_1_on_the_fig6_sample_by_hand():
     and 0 below v8.  Eq. 4 with n = 2 charges the inputs from outside T.des(v) that are not in H:
     only v1's subtree reads nothing but resident tensors (768); T.des(v2) reads v1 (768 - 256 = 512);
     T.des(v3) reads v2, hot (640); T.des(v4) reads v3, not hot (640 - 256 = 384); s: 256; v5, v6,
-    v7: 128.  Normalised by s_max = 768 with L = 4: v1 = 1 (level 4), v3 = 0.83 (level 3), v2 = 0.67
-    and v4 = 0.5 (level 2: v2 has v4 below it, so only v4 is picked), s = 0.33 (level 1), v5, v6,
-    v7 = 0.17 (below the first level).  Candidates S = T.des(v) minus v, each inside the previous
-    one, so the F-Tree is one chain of four concatenated batch splits.
+    v7: 128 (the table below, over the ops alone).
+
+    T is the dominator tree from the activation input, so the input is T's root (G' holds every node
+    with a dim in the component, the input too): heat(input) = 1536 + its own 256 = 1792, score 896
+    (it reads nothing from outside).  Normalised by s_max = 896: input = 1 (level 4), v1 = 0.86
+    (level 3), v3 = 0.71 and v2 = 0.57 (level 2: v2 has v3 below it, so only v3 is picked), v4 =
+    0.43 and s = 0.29 (level 1: v4 has s below it, so only s), v5, v6, v7 = 0.14 (below the first
+    level).  Candidates S = T.des(v) minus v, each
+    inside the previous one, so the F-Tree is one chain of four concatenated batch splits, the root
+    the whole graph.
 
     The width components give no candidate: their best sub-graphs end in an addmm whose reduce
-    axis is the split one, and its bias would be added once per part (three rejected picks)."""
+    axis is the split one, and its bias would be added once per part (four rejected picks, one of
+    them the input's in its width component)."""
     g = fig6_forward()
     by = {g.nodes[v].name: v for v in g.topo_order()}
     ft = build_ftree(g)
@@ -247,15 +260,15 @@ def test_algorithm_1_on_the_fig6_sample_by_hand():
             f.heat, f.score, f.level, ft.dgraph.component(f.split.comp), f.split.combine, f.n) for f in ft.nodes]
     inner = ["addmm_2", "addmm_3", "mul", "sigmoid"]
     cat = [("cat", 0)]
+    below = sorted(["relu", "addmm_1", "relu_1", *inner, "add", "addmm_4", "tanh", "mul_1"])
     assert got == [
-        (0, None, "addmm", sorted(["relu", "addmm_1", "relu_1", *inner, "add", "addmm_4", "tanh", "mul_1"]),
-         1536, 768.0, 4, batch, cat, 1),
-        (1, 0, "addmm_1", sorted(["relu_1", *inner]), 1280, 640.0, 3, batch, cat, 1),
-        (2, 1, "relu_1", inner, 1280, 384.0, 2, batch, cat, 1),
+        (0, None, "input_0", sorted(["addmm", *below]), 1792, 896.0, 4, batch, cat, 1),
+        (1, 0, "addmm", below, 1536, 768.0, 3, batch, cat, 1),
+        (2, 1, "addmm_1", sorted(["relu_1", *inner]), 1280, 640.0, 2, batch, cat, 1),
         (3, 2, "sigmoid", ["addmm_3"], 512, 256.0, 1, batch, cat, 1),
     ]
     assert [f.children for f in ft.nodes] == [[1], [2], [3], []]
-    assert ft.rejected == 3
+    assert ft.rejected == 4
     width = ft.dgraph.component((by["relu_1"], 0, 1))
     with pytest.raises(SplitError, match="bias would be added once per part"):
         plan_split(g, ft.dgraph, frozenset({by["addmm_3"]}), width)

@@ -1,21 +1,24 @@
 """M-Analyzer: F-Tree construction, MAGIS Algorithm 1 (section 4.3).
 
-For each connected component D of the D-Graph: G' = the ops with a D-node in D, T = the dominator
-tree of G' from the activation input (a virtual root above its sources; edges from nodes the
-activation input does not reach -- the labels, read by the loss -- are extra entries the paper says
-to ignore), and per op v
+For each connected component D of the D-Graph: G' = the ops with a D-node in D and the activation
+input when it has one there, T = the dominator tree of G' from the activation input (its root; a
+virtual root above the sources of a component without it; edges from nodes the activation input
+does not reach -- the labels, read by the loss -- are extra entries the paper says to ignore), and
+per node v
 
     heat(v)  = sum |w| over hot-spot tensors w produced in T.des(v)                        (Eq. 3)
     score(v) = (1 - 1/n) heat(v) - sum |u| over tensors u that T.des(v) reads from outside
                it and that are not hot-spots (n = 2)                                        (Eq. 4)
 
-(T.des(v) includes v).  Scores are normalised by the largest; for each of the L levels
-[i/L, (i+1)/L) the ops of that level none of whose T-descendants is in the same level are picked,
+(T.des(v) includes v).  With the input a node of T, S = T.des(input) minus the input is every op of
+G' that the input reaches: along the batch of a graph without batch norm, the F-Trans over the whole
+training step (MAGIS Fig. 16).  Scores are normalised by the largest; for each of the L levels
+[i/L, (i+1)/L) the nodes of that level none of whose T-descendants is in the same level are picked,
 and S = T.des(v) minus v becomes a candidate F-Trans (S, D, 1) if it is valid
 (``dgraph.plan_split``).  A training graph joins each region's forward and backward through the
 loss, so a dominated region is rarely convex as a whole: its convex part (``convex_part``: what lies
-upstream of every path that leaves it) is the candidate.  Nested candidates form the tree: a candidate's parent is the smallest
-candidate whose S strictly contains its S.
+upstream of every path that leaves it) is the candidate.  Nested candidates form the tree: a
+candidate's parent is the smallest candidate whose S strictly contains its S.
 """
 
 from __future__ import annotations
@@ -162,9 +165,8 @@ def convex_part(g: Graph, s: set[int], hot: dict[TRef, int],
 
 def _reachable(g: Graph) -> set[int] | None:
     """The nodes the activation input reaches (None for a graph without one)."""
-    try:
-        start = activation_entry(g)
-    except ValueError:
+    start = _entry(g)
+    if start is None:
         return None
     seen, stack = {start}, [start]
     while stack:
@@ -173,6 +175,14 @@ def _reachable(g: Graph) -> set[int] | None:
                 seen.add(u)
                 stack.append(u)
     return seen
+
+
+def _entry(g: Graph) -> int | None:
+    """The activation input, T's root: a node of G' in the components that hold its dims."""
+    try:
+        return activation_entry(g)
+    except ValueError:
+        return None
 
 
 def _nbytes(g: Graph, root: TRef) -> int:
@@ -188,10 +198,11 @@ def build_ftree(g: Graph, order: list[int] | None = None, levels: int = LEVELS, 
     hot = hot_bytes(g, order)
     topo = {v: i for i, v in enumerate(g.topo_order())}
     reach = _reachable(g)
+    entry = _entry(g)
     picked: dict[tuple[frozenset[int], Key], FNode] = {}
     rejected = 0
     for comp, ops_in in sorted(dg.components().items()):
-        members = sorted((v for v in ops_in if g.nodes[v].kind == NodeKind.OP and v not in dg.unknown),
+        members = sorted((v for v in ops_in if v not in dg.unknown and (g.nodes[v].kind == NodeKind.OP or v == entry)),
                          key=topo.__getitem__)
         if len(members) < 2:
             continue

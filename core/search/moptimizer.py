@@ -47,6 +47,7 @@ HOT = 6  # hot-spot tensors the tensor rules (remat, swap) are matched on per st
 TENSOR_RULES = ("remat", "remat_chain", "deremat", "swap", "swap_late", "deswap")
 MIN_GAP = 0.05  # the Pareto sweep searches frontier gaps wider than 5% in peak
 MIN_GAP_SEARCH = 1.0  # seconds: a shorter remainder of the budget is not spent on a gap
+FLOOR = 0.8  # the Pareto sweep also searches below its lowest point, at this fraction of its peak
 WARM = 0.5  # optimize's share of the budget for the warm start (btlm_3b: 0.3 -> 0.5, 0.467x -> 0.373x at +10%)
 REMAT_SHARE = 0.3  # the warm start's Remat steps get at least this share of its budget
 REMAT_CANDIDATES = 16  # kinds of hot-spot (producer op, shape, dtype) a full Remat scan of the warm start tries
@@ -398,9 +399,13 @@ class MOptimizer:
 
     def _widest_gap(self, tried: set[int]) -> tuple[int, MState] | None:
         """(limit, start) of the widest gap in peak (a ratio) between neighbours on the frontier
-        not searched yet: the limit halfway in peak, the start the neighbour above it."""
+        not searched yet: the limit halfway in peak, the start the neighbour above it.  Below the
+        lowest point lies a gap of 1 / ``FLOOR``: the limit ``FLOOR`` x its peak, the start that
+        point (the fixed limits of a sweep need not reach as low as the rules can go)."""
         front = self.frontier()
         best = None
+        if front and (limit := int(front[0].peak * FLOOR)) not in tried:
+            best = (1 / FLOOR, limit, front[0])
         for lo, hi in zip(front, front[1:], strict=False):
             limit = (lo.peak + hi.peak) // 2
             if lo.peak <= 0 or hi.peak / lo.peak < 1 + MIN_GAP or limit in tried:
