@@ -1,7 +1,7 @@
-"""U-Net (Ronneberger et al. 2015) with BatchNorm, written from the paper's description (``norm=False``:
-without it, as in the paper).
+"""U-Net (Ronneberger et al. 2015), written from the paper's description: no batch normalization, as
+the paper has it (``norm=True``: BatchNorm after every convolution, as many re-implementations add).
 
-An encoder of ``levels`` down-steps (double 3x3 conv + BatchNorm + ReLU, then 2x2 max-pool), a
+An encoder of ``levels`` down-steps (double 3x3 conv + ReLU, then 2x2 max-pool), a
 bottleneck double conv, and a decoder that upsamples with a 2x2 stride-2 transposed convolution,
 concatenates the encoder feature map of the same resolution (the long skip connection) and applies
 another double conv. Convolutions are padded so the output map has the input resolution; a final
@@ -17,9 +17,9 @@ from .sample import Sample, classify_loss, plain_forward
 
 
 class DoubleConv(nn.Sequential):
-    """(3x3 conv, BatchNorm, ReLU) twice; ``norm=False``: (3x3 conv with bias, ReLU) twice."""
+    """(3x3 conv with bias, ReLU) twice; ``norm=True``: (3x3 conv, BatchNorm, ReLU) twice."""
 
-    def __init__(self, cin: int, cout: int, norm: bool = True) -> None:
+    def __init__(self, cin: int, cout: int, norm: bool = False) -> None:
         if norm:
             super().__init__(
                 nn.Conv2d(cin, cout, 3, padding=1, bias=False), nn.BatchNorm2d(cout), nn.ReLU(),
@@ -33,7 +33,7 @@ class UNet(nn.Module):
     """U-Net with ``levels`` down/up steps; level ``i`` has ``width * 2**i`` channels."""
 
     def __init__(self, in_channels: int = 3, num_classes: int = 2, width: int = 64, levels: int = 4,
-                 norm: bool = True) -> None:
+                 norm: bool = False) -> None:
         super().__init__()
         widths = [width * 2**i for i in range(levels + 1)]
         self.down = nn.ModuleList([DoubleConv(in_channels, widths[0], norm)])
@@ -55,9 +55,9 @@ class UNet(nn.Module):
         return self.head(x)
 
 
-def build_unet(name: str, tiny: bool, norm: bool = True) -> Sample:
+def build_unet(name: str, tiny: bool, norm: bool = False) -> Sample:
     """U-Net, 4 levels, width 64, batch 32 at 256x256, 2 classes; tiny: 2 levels, width 8, batch 2, 32x32.
-    ``norm=False``: without BatchNorm (the samples have it)."""
+    ``norm=True``: with BatchNorm (not in the paper, nor in the samples)."""
     bn = "BatchNorm" if norm else "no BatchNorm"
     if tiny:
         levels, width, batch, size = 2, 8, 2, 32

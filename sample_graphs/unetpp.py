@@ -1,4 +1,6 @@
-"""U-Net++ (Zhou et al. 2018): U-Net with nested, dense skip pathways, written from the paper.
+"""U-Net++ (Zhou et al. 2018): U-Net with nested, dense skip pathways, written from the paper.  Its
+convolution units are U-Net's (two 3x3 convolutions with ReLU, no batch normalization, as in the
+authors' reference code; ``norm=True`` adds BatchNorm after each convolution).
 
 Nodes ``X[i][j]`` (row ``i`` = resolution level, column ``j`` = position on the skip pathway,
 ``i + j <= depth``):
@@ -25,7 +27,7 @@ class UNetPlusPlus(nn.Module):
     """U-Net++ of depth ``len(widths) - 1`` without deep supervision."""
 
     def __init__(self, in_channels: int = 3, num_classes: int = 2,
-                 widths: tuple[int, ...] = (32, 64, 128, 256, 512), norm: bool = True) -> None:
+                 widths: tuple[int, ...] = (32, 64, 128, 256, 512), norm: bool = False) -> None:
         super().__init__()
         self.depth = len(widths) - 1
         self.pool = nn.MaxPool2d(2)
@@ -51,9 +53,9 @@ class UNetPlusPlus(nn.Module):
         return self.head(rows[0][self.depth])
 
 
-def build_unetpp(name: str, tiny: bool, norm: bool = True) -> Sample:
+def build_unetpp(name: str, tiny: bool, norm: bool = False) -> Sample:
     """U-Net++ depth 4, widths [32..512], batch 16 at 256x256; tiny: depth 2, widths [8,16,32], batch 2, 32x32.
-    ``norm=False``: without BatchNorm (the samples have it)."""
+    ``norm=True``: with BatchNorm (not in the paper, nor in the samples)."""
     bn = "BatchNorm" if norm else "no BatchNorm"
     if tiny:
         widths, batch, size = (8, 16, 32), 2, 32

@@ -164,16 +164,16 @@ def test_graph_opens_legible_with_arrows_and_smooth_zoom(page):
 
 
 def test_stop_ends_a_running_search_and_keeps_its_best_order(page, server):
-    """A 40 s schedule search on the unet sample is stopped with the button that appears while it
+    """A 40 s schedule search on the resnet50 sample is stopped with the button that appears while it
     runs; its best order so far is drawn within seconds (measured and printed)."""
     _url, app = server
     state = app.magis_state
     saved = (state.time_budget, state.min_budget)
     state.time_budget = state.min_budget = 40.0
     try:
-        pick_dropdown(page, "model", r"^unet\s+\(full size")
+        pick_dropdown(page, "model", r"^resnet50\s+\(full size")
         page.wait_for_function("() => document.querySelector('#summary .card.model .card-value')"
-                               "?.innerText.trim() === 'unet'")
+                               "?.innerText.trim() === 'resnet50'")
         pick_dropdown(page, "schedule", r"^serenity$")
         page.wait_for_selector("#stop-schedule", state="visible")
         assert "computing" in page.locator("#mem-status").inner_text()
@@ -184,9 +184,9 @@ def test_stop_ends_a_running_search_and_keeps_its_best_order(page, server):
         page.wait_for_function("() => !(document.querySelector('#mem-status')?.innerText || '').includes('computing')")
         seconds = time.perf_counter() - t0
         shot(page, "hardening_stopped_search")
-        print(f"\nstopped a 40 s serenity search on unet: its best order drawn {seconds:.2f} s after the click")
+        print(f"\nstopped a 40 s serenity search on resnet50: its best order drawn {seconds:.2f} s after the click")
         assert seconds < 12.0
-        key = state.analysis("sample:unet", "serenity", wait=0)
+        key = state.analysis("sample:resnet50", "serenity", wait=0)
         assert key is not None and key.schedule.info.get("stopped") == "by the user"
     finally:
         state.time_budget, state.min_budget = saved

@@ -594,12 +594,12 @@ def test_search_budget_scales_with_the_graph_and_a_running_search_can_be_stopped
     from sample_graphs.store import load_sample_graph
 
     state = AppState(time_budget=40.0, min_budget=1.0, budget_per_node=2e-3)
-    small, big = load_sample_graph("fig2_skip"), load_sample_graph("unet")
+    small, big = load_sample_graph("fig2_skip"), load_sample_graph("resnet50")
     assert state.budget_for(small) == 1.0  # a small file cannot buy a long search
     bert = load_sample_graph("bert_base")
     assert state.budget_for(bert) == pytest.approx(2e-3 * len(bert)) and 4 < state.budget_for(bert) < 5
-    state.min_budget = 40.0  # make the search on unet long enough to stop it
-    gid = state.add_graph(big, "unet", kind="upload")
+    state.min_budget = 40.0  # make the search on resnet50 long enough to stop it
+    gid = state.add_graph(big, "resnet50", kind="upload")
     t0 = time.perf_counter()
     assert state.schedule(gid, "serenity", wait=1.0) is None  # still searching (a 30 s DP)
     assert state.cancel(gid) == 1
