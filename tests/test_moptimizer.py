@@ -72,6 +72,25 @@ def test_the_search_meets_a_memory_limit_on_the_mlp_and_its_plan_replays():
                for a in arc for b in arc)
 
 
+def test_the_sweep_searches_the_widest_gap_and_below_its_lowest_point():
+    """Frontier peaks 1000, 900, 500 (with FLOOR = 0.8): the gap 900 -> 500 (1.8x) is searched first,
+    at 700 from the 900 state; then below the lowest point (1.25x): at 400, from the 500 state; then
+    1000 -> 900 (1.11x) at 950; then nothing is left wider than MIN_GAP."""
+    from core.search import moptimizer as mo
+
+    g, _ = mlp()
+    m = MOptimizer(g)
+    a, b, c = _s(1000, 1.0), _s(900, 1.1), _s(500, 1.5)
+    m.archive = [a, b, c]
+    assert mo.FLOOR == 0.8
+    tried: set[int] = set()
+    got = []
+    while (gap := m._widest_gap(tried)) is not None:
+        tried.add(gap[0])
+        got.append((gap[0], gap[1].peak))
+    assert got == [(700, 900), (400, 500), (950, 1000)]
+
+
 def test_plan_files_round_trip_and_belong_to_their_graph(tmp_path):
     g, _ = mlp()
     pf = optimize(g, memory_limit=0.8, time_budget=8, warm=0)
