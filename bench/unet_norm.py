@@ -1,7 +1,7 @@
 """What batch norm costs the M-Optimizer on the U-Nets: U-Net and U-Net++ at the paper's sizes, as the
-samples have them (BatchNorm after every convolution) and without BatchNorm (as Ronneberger et al.
-2015 wrote U-Net), each searched with ``optimize(pareto=True)`` for the same budget on the same
-device profile.
+samples have them (as Ronneberger et al. 2015 and Zhou et al. 2018 wrote them: no batch norm) and
+with BatchNorm after every convolution (as many re-implementations add), each searched with
+``optimize(pareto=True)`` for the same budget on the same device profile.
 
 Training batch norm reduces over the batch, so no sub-graph that holds one splits along the batch:
 F-Trans cannot cover the whole training step, and the backward's last decoder level (a convolution's
