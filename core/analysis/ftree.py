@@ -202,8 +202,8 @@ def build_ftree(g: Graph, order: list[int] | None = None, levels: int = LEVELS, 
     picked: dict[tuple[frozenset[int], Key], FNode] = {}
     rejected = 0
     for comp, ops_in in sorted(dg.components().items()):
-        members = sorted((v for v in ops_in if v not in dg.unknown and (g.nodes[v].kind == NodeKind.OP or v == entry)),
-                         key=topo.__getitem__)
+        members = sorted((v for v in ops_in if v not in dg.unknown
+                          and (g.nodes[v].kind == NodeKind.OP or v == entry)), key=topo.__getitem__)
         if len(members) < 2:
             continue
         idom, heat, score, children = _scores(g, members, hot, n, reach)

@@ -292,7 +292,7 @@ def _conv_bwd_links(c: OpCtx) -> list[DimLink]:
     links = [DimLink(0, 0, 0, 0), DimLink(1, 0, 0, 0)]
     if len(c.outs) > 1:
         links += [DimLink(0, 0, 1, -1), DimLink(1, 0, 1, -1)]
-    if len(c.outs) > 2:  # grad_bias reads only grad_out; its batch is input's batch all the same
+    if len(c.outs) > 2:  # grad_bias reads only grad_out, but sums over the batch input shares with it
         links += [DimLink(0, 0, 2, -1), DimLink(1, 0, 2, -1)]
     return links
 
