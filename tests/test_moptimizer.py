@@ -91,6 +91,18 @@ def test_the_sweep_searches_the_widest_gap_and_below_its_lowest_point():
     assert got == [(700, 900), (400, 500), (950, 1000)]
 
 
+def test_a_latency_limit_is_kept_when_the_warm_start_ends_above_it():
+    """unet_tiny's warm start ends at about twice eager's latency; under a 1.1x latency limit the
+    answer is the best state known that meets it (the imported graph at worst), not that end."""
+    from sample_graphs.store import load_sample_graph
+
+    g = load_sample_graph("unet_tiny")
+    pf = optimize(g, latency_limit=1.1, time_budget=4)
+    best, eager = pf.points[0], pf.points[-1]
+    assert best.latency <= 1.1 * eager.latency and best.peak <= eager.peak
+    assert best.label == f"latency limit {1.1 * eager.latency * 1e3:.2f} ms"
+
+
 def test_plan_files_round_trip_and_belong_to_their_graph(tmp_path):
     g, _ = mlp()
     pf = optimize(g, memory_limit=0.8, time_budget=8, warm=0)

@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 
 from ..analysis.ftree import LEVELS, build_ftree
 from ..cost.model import AnalyticCost, CostModel
-from ..fmt import parse_bytes
+from ..fmt import format_bytes, parse_bytes
 from ..ir.graph import Graph, GraphError, NodeKind, TRef
 from ..schedule import get_scheduler
 from ..transform.ftree_rules import FTreeRule
@@ -310,7 +310,9 @@ class MOptimizer:
         obj = Objective(mode, limit)
         t0 = time.perf_counter()
         start = start or self.root
-        best = start
+        # the answer is never worse than a state already evaluated (a warm start's end may break a
+        # latency limit that the imported graph meets)
+        best = min([start, *self.archive], key=lambda s: obj.key(s.peak, s.latency))
         tick = 0
         queue: list[tuple[tuple, int, MState]] = [(obj.key(start.peak, start.latency), tick, start)]
         records: list[Record] = []
@@ -481,9 +483,11 @@ the optimizer before the search starts (a caller that shows its archive while it
             limit = resolve_memory_limit(limit, m.root.peak)
         if mode == "latency":
             limit = limit * m.root.latency
+        obj = Objective(mode, limit)  # start from the best state known under the limit
+        start = min([start, *m.archive], key=lambda s: obj.key(s.peak, s.latency))
         res = m.search(mode, limit, left, progress, cancel, start=start)
         states = [res.best]
-        labels = [f"{mode} limit {limit:g}"]
+        labels = [f"memory limit {format_bytes(limit)}" if mode == "memory" else f"latency limit {limit * 1e3:.2f} ms"]
     points = m.plans(states, "magis", labels)
     points.append(m.plan(m.root, "eager", "traced order"))
     meta = {"mode": "pareto" if pareto else ("memory" if memory_limit is not None else "latency"),
