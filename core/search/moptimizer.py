@@ -310,9 +310,7 @@ class MOptimizer:
         obj = Objective(mode, limit)
         t0 = time.perf_counter()
         start = start or self.root
-        # the answer is never worse than a state already evaluated (a warm start's end may break a
-        # latency limit that the imported graph meets)
-        best = min([start, *self.archive], key=lambda s: obj.key(s.peak, s.latency))
+        best = start
         tick = 0
         queue: list[tuple[tuple, int, MState]] = [(obj.key(start.peak, start.latency), tick, start)]
         records: list[Record] = []
@@ -483,7 +481,9 @@ the optimizer before the search starts (a caller that shows its archive while it
             limit = resolve_memory_limit(limit, m.root.peak)
         if mode == "latency":
             limit = limit * m.root.latency
-        obj = Objective(mode, limit)  # start from the best state known under the limit
+        # from the best state known under the limit: the warm start's end may break a latency
+        # limit that the imported graph meets
+        obj = Objective(mode, limit)
         start = min([start, *m.archive], key=lambda s: obj.key(s.peak, s.latency))
         res = m.search(mode, limit, left, progress, cancel, start=start)
         states = [res.best]
