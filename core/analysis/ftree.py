@@ -163,9 +163,10 @@ def convex_part(g: Graph, s: set[int], hot: dict[TRef, int],
     return best
 
 
-def _reachable(g: Graph) -> set[int] | None:
-    """The nodes the activation input reaches (None for a graph without one)."""
-    start = _entry(g)
+def _reachable(g: Graph, start: int | None = None) -> set[int] | None:
+    """The nodes the activation input (``start``, when the caller has it) reaches (None for a graph
+    without one)."""
+    start = _entry(g) if start is None else start
     if start is None:
         return None
     seen, stack = {start}, [start]
@@ -197,8 +198,8 @@ def build_ftree(g: Graph, order: list[int] | None = None, levels: int = LEVELS, 
     dg = dg or DGraph(g)
     hot = hot_bytes(g, order)
     topo = {v: i for i, v in enumerate(g.topo_order())}
-    reach = _reachable(g)
     entry = _entry(g)
+    reach = _reachable(g, entry)
     picked: dict[tuple[frozenset[int], Key], FNode] = {}
     rejected = 0
     for comp, ops_in in sorted(dg.components().items()):

@@ -180,8 +180,8 @@ class MOptimizer:
         steps (the same steps with the Swap and SwapLate rules) from the archive's lowest-peak
         states within each latency slack of ``SWAP_FROM``: a swap whose copies overlap compute
         lowers the peak at no latency, but once a graph has copies every child is simulated in
-        full, so swaps come after the delta-evaluated Remat chains rather than among them.  Every state on the way
-        enters the Pareto archive; the fission chain's end is returned."""
+        full, so swaps come after the delta-evaluated Remat chains rather than among them.  Every
+        state on the way enters the Pareto archive; the fission chain's end is returned."""
         from .greedy import greedy_fission
 
         t0 = time.perf_counter()
@@ -206,15 +206,15 @@ class MOptimizer:
     def remat_steps(self, s: MState, time_budget: float, candidates: int = REMAT_CANDIDATES,
                     step_rules: tuple[str, ...] | None = None) -> MState:
         """From ``s``, commit one Remat or RematChain (or one of ``step_rules``) per step, the child
-        that lowers the peak at the least latency per byte saved, until none lowers it or the
-        budget ends; returns the last state.  A many-layer model has the same tensor in every layer
-        and needs hundreds of steps, so the steps go by kind (producer op, shape, dtype): a full scan tries the largest
-        hot-spot of each of up to ``candidates`` kinds that some rule applies to (down to 1 /
-        ``REMAT_SMALL`` of the largest whose child lowers the peak: smaller ones take as many steps
-        for less); then, kind by kind in the scan's order (cheapest first), the largest hot-spot
-        left of the kind is tried, one tensor per step, and committed while it lowers the peak at
-        no more than ``LAZY`` x the scan's best latency per byte; when no kind of the scan does,
-        the next full scan starts."""
+        that lowers the peak at the least latency per byte saved, until none lowers it or the budget
+        ends; returns the last state.  A many-layer model has the same tensor in every layer and
+        needs hundreds of steps, so the steps go by kind (producer op, shape, dtype): a full scan
+        tries the largest hot-spot of each of up to ``candidates`` kinds that some rule applies to
+        (down to 1 / ``REMAT_SMALL`` of the largest whose child lowers the peak: smaller ones take
+        as many steps for less); then, kind by kind in the scan's order (cheapest first), the
+        largest hot-spot left of the kind is tried, one tensor per step, and committed while it
+        lowers the peak at no more than ``LAZY`` x the scan's best latency per byte; when no kind of
+        the scan does, the next full scan starts."""
         rules = [self.ev.rules[k] for k in step_rules or ("remat", "remat_chain") if k in self.ev.rules]
         if not rules:
             return s
