@@ -185,17 +185,11 @@ def cmd_export(a: argparse.Namespace) -> dict[str, Any]:
     return res
 
 
-TRANSFORM_OPTIONS = {  # option -> rule, and what its value names
-    "--enable": ("fission", "ID[:N]"),
-    "--mutate": ("mutate", "ID[:N]"),
-    "--lift": ("lift", "ID"),
-    "--disable": ("disable", "ID"),
-    "--remat": ("remat", "TENSOR:USER"),
-    "--swap": ("swap", "TENSOR:USER"),
-    "--swap-late": ("swap_late", "TENSOR"),
-    "--deremat": ("deremat", "COPY"),
-    "--deswap": ("deswap", "LOAD"),
-}
+def transform_options() -> dict[str, Any]:
+    """``magis transform``'s options: option flag -> the rule that declares it (``Rule.option``)."""
+    from core.transform.registry import RULES
+
+    return {r.option.flag: r for r in RULES.values() if r.option is not None}
 
 
 class _Step(argparse.Action):
@@ -203,7 +197,7 @@ class _Step(argparse.Action):
 
     def __call__(self, parser, namespace, values, option_string=None):
         steps = list(getattr(namespace, "steps", None) or [])
-        steps.append((TRANSFORM_OPTIONS[option_string][0], values))
+        steps.append((transform_options()[option_string].name, values))
         namespace.steps = steps
 
 
@@ -212,22 +206,22 @@ def cmd_transform(a: argparse.Namespace) -> dict[str, Any]:
     the transformed graph; peak and latency before and after, traced order with placed copies."""
     from core.schedule import get_scheduler
     from core.simulate import simulate
-    from core.transform.manual import FTREE_RULES, apply_by_names
+    from core.transform.manual import apply_by_names
+    from core.transform.registry import get_rule
 
     if not a.steps:
-        raise ValueError("nothing to apply: give --enable, --mutate, --lift, --disable, --remat, --swap, "
-                         "--swap-late, --deremat or --deswap")
+        raise ValueError(f"nothing to apply: give {', '.join(transform_options())}")
     g = load_graph(a.file)
     before = simulate(g, get_scheduler("traced").run(g).order)
     ftree = None
-    if any(rule in FTREE_RULES for rule, _ in a.steps):
+    if any(get_rule(rule).needs_ftree for rule, _ in a.steps):
         from core.analysis.ftree import build_ftree
 
         ftree = build_ftree(g)  # node ids refer to the F-Tree of the input graph (`magis ftree`)
     done = []
     for rule, value in a.steps:
         where = None
-        if rule == "swap_late":  # the readers after the peak of the traced order as it stands
+        if get_rule(rule).needs_schedule:  # e.g. the readers after the peak of the traced order as it stands
             from core.transform.rule import Where
 
             order = get_scheduler("traced").run(g).order
@@ -591,18 +585,9 @@ def build_parser() -> argparse.ArgumentParser:
                                    "TENSOR is a node name (NAME#J for output J of a multi-output op), USER a "
                                    "node reading it; node names as `magis info` and the app show them.")
     s.add_argument("file", help="graph file or sample name")
-    for opt, (rule, what) in TRANSFORM_OPTIONS.items():
-        helps = {"fission": "Enable: split F-Tree node ID (from `magis ftree`) into N parts (default: the smallest "
-                 "divisor); a leaf, or the parent of an enabled node (nested fission)",
-                 "mutate": "Mutate: split enabled F-Tree node ID into N parts instead (default: the next divisor)",
-                 "lift": "Lift: disable enabled F-Tree node ID and enable its parent",
-                 "disable": "Disable: take back enabled F-Tree node ID (one without enabled descendants)",
-                 "remat": "USER reads a recomputed copy of TENSOR", "swap": "TENSOR is stored to the host "
-                 "after it is produced and loaded back for USER", "swap_late": "every reader of TENSOR after "
-                 "the peak of the traced order reads one copy loaded back from host memory",
-                 "deremat": "merge a recomputed copy into its "
-                 "original", "deswap": "take back a LOAD (and its STORE once unused)"}
-        s.add_argument(opt, action=_Step, dest="steps", metavar=what, default=[], help=helps[rule] + " (repeatable)")
+    for flag, rule in transform_options().items():
+        s.add_argument(flag, action=_Step, dest="steps", metavar=rule.option.metavar, default=[],
+                       help=f"{rule.option.help} (repeatable)")
     s.add_argument("-o", "--output", required=True, type=Path, help="the transformed graph file")
     s.add_argument("--json", action="store_true", help="print the result as JSON")
     s.set_defaults(fn=cmd_transform)

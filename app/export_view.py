@@ -17,10 +17,10 @@ from dash.exceptions import PreventUpdate
 
 from core.cost import AnalyticCost
 from core.fmt import format_bytes
+from core.search.methods import label_of
 from core.search.plan import PlanFile, plans_to_bytes
 
 from . import figures
-from .optimizer_view import METHOD_STYLE
 from .plans import Frontier, PointView
 from .state import FULL_SIZE, AppError, AppState
 
@@ -108,7 +108,7 @@ def commands(gid: str, f: Frontier, key: int) -> str:
 def plan_line(gid: str, f: Frontier, key: int) -> str:
     p = f.points[key]
     swaps = sum(a.rule == "swap" for a in p.applications)
-    name = METHOD_STYLE.get(p.method, (p.method,))[0]
+    name = label_of(p.method)
     return (f"point {key}: {name} {p.label} · {len(p.order):,} ops · {len(p.applications)} rule applications"
             f"{f' ({swaps} swaps)' if swaps else ''} · simulated peak {format_bytes(p.peak)}, latency "
             f"{figures.fmt_seconds(p.latency)} ({f.device})")
@@ -290,7 +290,7 @@ def register(app: Dash, state: AppState, guarded, show_message) -> None:
         if old is not None and not old.done:
             raise AppError("a verification of this graph is still running; wait for it to finish")
         p = f.points[key]
-        label = f"point {key} ({METHOD_STYLE.get(p.method, (p.method,))[0]} {p.label})".replace(" )", ")")
+        label = f"point {key} ({label_of(p.method)} {p.label})".replace(" )", ")")
         plans.start_verify(gid, sample_of(gid), plan_file_bytes(f, key), 0)
         of = {"gid": gid, "version": f.version, "key": key, "label": label}
         return False, f"verifying {label} ...", of, None

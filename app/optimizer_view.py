@@ -16,6 +16,7 @@ from dash.exceptions import PreventUpdate
 
 from core.cost import DEVICES
 from core.fmt import format_bytes
+from core.search.methods import METHODS, label_of
 from core.search.plan import PlanError
 
 from . import figures
@@ -24,14 +25,6 @@ from .plans import Frontier, PointView
 from .state import AppError, AppState
 
 log = logging.getLogger("magis.app")
-METHOD_STYLE = {  # method -> (label, colour, marker symbol)
-    "magis": ("MAGIS", "#7c3aed", "circle"),
-    "eager": ("PyTorch eager", "#111827", "x"),
-    "sqrt_n": ("sqrt(n) checkpointing", "#0ea5e9", "square"),
-    "dtr": ("DTR", "#f97316", "diamond"),
-    "torch_mincut": ("torch min-cut", "#16a34a", "triangle-up"),
-    "checkmate": ("Checkmate", "#dc2626", "star"),
-}
 OPT_BUDGETS = [10, 30, 60, 120]
 PLAN_POINTS = 300  # points per memory curve of a plan (the Memory analysis tab draws up to figures.MAX_POINTS)
 GATED_TABS = ("pareto", "steps", "swaps", "export")
@@ -68,17 +61,18 @@ def pareto_figure(f: Frontier, selected: int | None, running: list[tuple[int, fl
     data.append({"type": "scatter", "mode": "lines", "name": "frontier (slider)", "hoverinfo": "skip",
                  "x": [pts[k].peak for k in front], "y": [pts[k].latency * 1e3 for k in front],
                  "line": {"shape": "hv", "color": "#c4b5fd", "width": 2}})
-    for method, (label, colour, symbol) in METHOD_STYLE.items():
+    for method, m in METHODS.items():  # the registry's order, label, colour and marker
         ks = [k for k, p in enumerate(pts) if p.method == method]
         if not ks:
             continue
+        colour, symbol = m.colour, m.symbol
         data.append({
-            "type": "scatter", "mode": "markers", "name": label, "customdata": ks,
+            "type": "scatter", "mode": "markers", "name": m.label, "customdata": ks,
             "x": [pts[k].peak for k in ks], "y": [pts[k].latency * 1e3 for k in ks],
             "text": [_hover(pts[k], base) for k in ks], "hovertemplate": "%{text}<extra></extra>",
             "marker": {"color": colour, "symbol": symbol, "size": 10 if method == "magis" else 8,
                        "line": {"width": 1, "color": "white"}}})
-    others = [p.method for p in pts if p.method not in METHOD_STYLE]
+    others = [p.method for p in pts if p.method not in METHODS]
     for method in sorted(set(others)):
         ks = [k for k, p in enumerate(pts) if p.method == method]
         data.append({"type": "scatter", "mode": "markers", "name": method, "customdata": ks,
@@ -113,7 +107,7 @@ def pareto_figure(f: Frontier, selected: int | None, running: list[tuple[int, fl
 
 
 def _hover(p, base) -> str:
-    return (f"{METHOD_STYLE.get(p.method, (p.method,))[0]} {p.label}<br>peak {format_bytes(p.peak)} "
+    return (f"{label_of(p.method)} {p.label}<br>peak {format_bytes(p.peak)} "
             f"({p.peak / base.peak:.3f}x)<br>latency {figures.fmt_seconds(p.latency)} "
             f"({(p.latency / base.latency - 1) * 100:+.1f}%)<br>{len(p.applications)} rule applications")
 
@@ -123,7 +117,7 @@ def plan_cards(f: Frontier, key: int, v: PointView | None, device: str) -> list:
     the graph once its view (``v``) is built."""
     base = f.points[f.baseline()]
     p = f.points[key]
-    name = METHOD_STYLE.get(p.method, (p.method,))[0]
+    name = label_of(p.method)
     cap = DEVICES[device].memory_bytes if device in DEVICES else None
     fits = "" if cap is None else ("fits" if p.peak <= cap else "does not fit") + f" on {device}"
     if v is None:
@@ -204,7 +198,7 @@ def initial(state: AppState, gid: str) -> dict:
     return {"plan-points": s, "plan": {"gid": gid, "version": f.version, "key": key},
             "plan-slider": {"min": s["min"], "max": s["max"], "marks": s["marks"], "value": s["default"]},
             "plan-cards": plan_cards(f, key, None, f.device),
-            "plan-caption": f"point {key}: {METHOD_STYLE.get(p.method, (p.method,))[0]} {p.label} · "
+            "plan-caption": f"point {key}: {label_of(p.method)} {p.label} · "
                             f"{len(p.applications)} rule applications",
             "frontier-source": source_line(f, s)}
 
@@ -433,7 +427,7 @@ def register(app: Dash, state: AppState, guarded, show_message) -> None:
             plans.prefetch(gid, around=key)  # this point, and the slider's next stops either way
         v = plans.view(gid, key, wait=PLAN_WAIT)
         p = f.points[key]
-        caption = (f"point {key}: {METHOD_STYLE.get(p.method, (p.method,))[0]} {p.label} · "
+        caption = (f"point {key}: {label_of(p.method)} {p.label} · "
                    f"{len(p.applications)} rule applications")
         if v is None:
             return plan_cards(f, key, None, f.device), caption, no_update, False

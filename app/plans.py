@@ -26,29 +26,16 @@ import numpy as np
 from core.analysis.lifetimes import Storage
 from core.cost import AnalyticCost
 from core.ir.graph import Graph, NodeKind
+from core.search.pareto import FRONT, non_dominated, vector
 from core.search.plan import Plan, PlanError, PlanFile, check_order, load_plans, plans_from_bytes, replay
 from core.simulate import SimResult, simulate
-from core.transform.registry import RULES, get_rule
+from core.transform.registry import RULES, families, get_rule
 from core.transform.rule import Application
 
 log = logging.getLogger("magis.app")
 MAX_VIEWS = 48  # point views kept in memory (all graphs together)
-MARK_KINDS = ("fission", "remat", "swap")  # how a plan changed an imported op, as the graph marks it
-RULE_KIND = {"fission": "fission", "lift": "fission", "mutate": "fission", "disable": "fission",
-             "remat": "remat", "remat_chain": "remat", "deremat": "remat", "swap": "swap", "swap_late": "swap",
-             "deswap": "swap"}
-RULE_TEXT = {
-    "fission": "F-Trans: split a sub-graph into parts along a dimension (Enable)",
-    "lift": "F-Tree Lift: widen an enabled fission to its parent region",
-    "mutate": "F-Tree Mutate: change the number of parts",
-    "disable": "F-Tree Disable: undo a fission",
-    "remat": "Remat: a reader gets a recomputed copy of the tensor",
-    "remat_chain": "Remat chain: the readers after the peak get recomputed copies of the tensor and its inputs",
-    "deremat": "De-remat: merge a recomputed copy back",
-    "swap": "Swap: store the tensor to host memory, load it back before its reader",
-    "swap_late": "Swap late: the readers after the peak read one copy loaded back from host memory",
-    "deswap": "De-swap: keep the tensor on the device again",
-}
+# how a plan changed an imported op, as the graph marks it: by the family of the rule
+# (``Rule.family``: "fission", "remat", "swap", ...); a rule's one line for its steps is ``Rule.text``
 
 
 def sample_plan_path(name: str) -> Path:
@@ -72,7 +59,7 @@ class PointView:
 
     @property
     def counts(self) -> dict[str, int]:
-        out = dict.fromkeys(MARK_KINDS, 0)
+        out = dict.fromkeys(families(), 0)
         for k in self.marks.values():
             out[k] += 1
         return out
@@ -180,7 +167,7 @@ def build_steps(imported: Graph, plan: Plan, device: str, base_order: list[int],
         g = ev.g
         origin = origins(imported, g)
         marks: dict[int, str] = {}
-        kind = RULE_KIND.get(app.rule, app.rule)
+        kind = get_rule(app.rule).family
         for nid in erased:
             if nid in imported.nodes and imported.nodes[nid].kind != NodeKind.PLACEHOLDER:
                 marks[nid] = kind
@@ -229,13 +216,8 @@ class Frontier:
         pts = self.points
         base = self.baseline()
         # ties go to the baseline (MAGIS's root state is eager's plan), then to MAGIS
-        order = sorted(range(len(pts)), key=lambda k: (pts[k].peak, pts[k].latency, k != base,
-                                                       pts[k].method != "magis"))
-        out, best_lat = [], float("inf")
-        for k in order:
-            if pts[k].latency < best_lat - 1e-15:
-                out.append(k)
-                best_lat = pts[k].latency
+        out = non_dominated(range(len(pts)), lambda k: vector(pts[k].metrics, FRONT),
+                            tie=lambda k: (k != base, pts[k].method != "magis"), eps=1e-15)
         if base not in out:
             out.append(base)
         return out
@@ -304,12 +286,12 @@ class PlanStore:
         return Frontier(gid, pf, f"precomputed ({path.name}, {pf.device} profile)")
 
     def _eager_only(self, gid: str, g: Graph) -> Frontier:
-        from core.search.peers import PEERS
+        from core.search.methods import METHODS
         from core.search.wl_hash import graph_hash
 
         from .state import DEFAULT_DEVICE
 
-        run = PEERS["eager"].run(g, AnalyticCost(DEFAULT_DEVICE))
+        run = METHODS["eager"].run(g, AnalyticCost(DEFAULT_DEVICE))
         pf = PlanFile(g.name, graph_hash(g), DEFAULT_DEVICE, list(run.plans))
         return Frontier(gid, pf, "not optimized yet")
 

@@ -14,9 +14,10 @@ from dash import Dash, Input, Output, State, ctx, dcc, html, no_update
 from dash.exceptions import PreventUpdate
 
 from core.fmt import format_bytes
+from core.transform.registry import get_rule
 
 from . import figures
-from .plans import RULE_TEXT, Step
+from .plans import Step
 
 NAMES_SHOWN = 8
 PLAY_MS = 1200
@@ -50,7 +51,7 @@ def step_rows(steps: list[Step]) -> list[dict]:
 
 def step_details(s: Step, total: int) -> html.Div:
     rows = [
-        ("rule", f"{s.rule}: {RULE_TEXT.get(s.rule, '')}"),
+        ("rule", f"{s.rule}: {get_rule(s.rule).text}"),
         ("application", app_text(s.app, 16)),
         ("added", f"{len(s.added)}: {_names(s.added)}"),
         ("removed", f"{len(s.removed)}: {_names(s.removed)}"),

@@ -43,7 +43,8 @@ def run(name: str, device: str, budget: float) -> dict:
             "ftree_seconds": t_tree, "covered_ops": len(covered), "covered_fraction": len(covered) / len(order),
             "baseline": {"peak": base.peak, "latency": base.latency},
             "fission": {"peak": r.peak, "latency": r.latency, "enabled": len(r.applications),
-                        "evaluated": r.evaluated, "seconds": r.seconds, "stopped": r.stopped,
+                        "evaluated": r.stats["evaluated"], "seconds": r.stats["seconds"],
+                        "stopped": r.stats["stopped"],
                         "peak_ratio": r.peak / base.peak, "latency_ratio": r.latency / base.latency}}
 
 

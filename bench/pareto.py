@@ -37,20 +37,16 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from core.cost.model import AnalyticCost  # noqa: E402
-from core.search.peers import PEERS  # noqa: E402
+from core.search.methods import METHODS, PEER_FAMILIES, methods_of, run_method  # noqa: E402
 from core.search.peers import checkmate as _checkmate  # noqa: E402
 
 PAPER = ["bert_base", "vit_base", "gpt_neo_1_3b", "btlm_3b", "resnet50", "unet", "unetpp"]
-METHODS = ["magis", *PEERS]
+DEFAULT_METHODS = ["magis", *methods_of(*PEER_FAMILIES)]  # the schedulers run when named (--methods)
 # MAGIS (ASPLOS'24) section 7, over its workloads: ranges of the four headline numbers
 PAPER_NUMBERS = {"peak_at_5pct": (0.25, 0.70), "peak_at_10pct": (0.15, 0.60),
                  "overhead_at_80pct": (0.0, 0.05), "overhead_at_40pct": (0.0, 0.15)}
 PAPER_LINE = ("paper (MAGIS): peak at <=10% overhead 15-60% of PyTorch's; at <=5% 25-70%; "
               "overhead under 80% / 40% limits <=5% / <=15%")
-# Checkmate's MILP is O(n^2) in variables, built in Python: bert_base's 1.5 M R/S variables (3.2 M in
-# all) took about a minute and 8.4 GB to formulate.  Larger problems are not attempted.
-CHECKMATE_MAX_VARS = 2_000_000
-CHECKMATE_BYTES_PER_VAR = 5.6e3
 
 
 @dataclass
@@ -150,44 +146,30 @@ def resimulate(g, plans, indices: set[int], device: str) -> list[tuple[str, str]
     return bad
 
 
-def checkmate_size(g, cost) -> int:
-    """Checkmate's R and S variables for ``g`` (the MILP has about as many again for frees and memory)."""
-    p = _checkmate.problem(g, cost)
-    s = sum(p.need[(i, j)] - i for i in range(len(p.ids)) for j in range(len(p.outs[i])))
-    return s + sum(p.need_op[i] - i for i in p.cand)
+def model_of(workload: str):
+    """The sample's model built under fake tensors (nothing allocated), for the methods that trace it
+    again (``Method.needs``); None for a name that is not a sample."""
+    import sample_graphs
+    from core.frontend.workload import build_fake
+
+    return build_fake(lambda: sample_graphs.build(workload)) if workload in sample_graphs.NAMES else None
 
 
 def run_peer(method: str, workload: str, g, cost, budget: float, eager: dict, *,
-             checkmate_time_limit: float | None = None, checkmate_max_vars: int = CHECKMATE_MAX_VARS,
+             checkmate_time_limit: float | None = None, checkmate_max_vars: int = _checkmate.MAX_VARS,
              progress=None) -> MethodResult:
-    """One peer within ``budget`` s.  A peer that raises, or cannot be run on this workload, gives a
-    failure row (label "all"), not an exception."""
+    """One peer within ``budget`` s (``core.search.methods.run_method``).  A peer that raises, needs
+    what is not at hand or refuses the graph gives a failure row (label "all"), not an exception."""
     say = progress or (lambda _m: None)
     opts: dict[str, Any] = {}
     t0 = time.perf_counter()
     out = MethodResult(method)
     try:
         if method == "checkmate":
-            n = checkmate_size(g, cost)
-            out.extra["milp_rs_variables"] = n
-            if n > checkmate_max_vars:
-                out.failures.append(("all", (
-                    f"not attempted: {n / 1e6:.1f} M R/S variables (> {checkmate_max_vars / 1e6:g} M; about "
-                    f"{n * CHECKMATE_BYTES_PER_VAR / 1e9:.0f} GB to formulate)")))
-                out.seconds = time.perf_counter() - t0
-                return out
-            n_budgets = len(_checkmate.BUDGETS)
-            opts["time_limit"] = checkmate_time_limit or budget / n_budgets
-        if method == "torch_mincut":
-            import sample_graphs
-            from core.frontend.workload import build_fake
-
-            if workload not in sample_graphs.NAMES:
-                raise ValueError(f"{workload!r} is not a sample: torch_mincut needs its model to trace")
-            opts["workload"] = build_fake(lambda: sample_graphs.build(workload))  # fake tensors: nothing allocated
-            out.extra["build_seconds"] = round(time.perf_counter() - t0, 3)
+            opts.update(time_limit=checkmate_time_limit, max_vars=checkmate_max_vars)
+        model = model_of(workload) if "model" in METHODS[method].needs else None
         left = round(max(0.0, budget - (time.perf_counter() - t0)), 1)
-        run = PEERS[method].run(g, cost, time_budget=left, progress=say, **opts)
+        run = run_method(method, g, cost, time_budget=left, progress=say, model=model, **opts)
     except Exception as e:  # noqa: BLE001 -- a peer's crash is this workload's failure row
         out.failures.append(("all", f"{type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''}"))
         out.seconds = time.perf_counter() - t0
@@ -205,16 +187,16 @@ def _small(stats: dict) -> dict:
 
 def run_workload(name: str, *, device: str = "rtx3090", methods: list[str] | None = None,
                  time_budget: float = 60.0, peer_budget: float = 60.0, checkmate_time_limit: float | None = None,
-                 checkmate_max_vars: int = CHECKMATE_MAX_VARS, graph=None, progress=None) -> dict:
+                 checkmate_max_vars: int = _checkmate.MAX_VARS, graph=None, progress=None) -> dict:
     """Every method of ``methods`` on workload ``name`` (its committed graph, or ``graph``):
     {"workload", "nodes", "eager": {"peak", "latency"}, "results": {method: MethodResult}}."""
     from sample_graphs.store import load_sample_graph
 
     say = progress or (lambda _m: None)
-    methods = methods or METHODS
+    methods = methods or DEFAULT_METHODS
     g = graph if graph is not None else load_sample_graph(name)
     cost = AnalyticCost(device)
-    base = PEERS["eager"].run(g, cost).plans[0]
+    base = METHODS["eager"].run(g, cost).plans[0]
     eager = {"peak": int(base.peak), "latency": float(base.latency)}
     results: dict[str, MethodResult] = {}
     for m in methods:
@@ -345,13 +327,13 @@ def _subtitle(d: dict) -> str:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--workloads", default=",".join(PAPER))
-    ap.add_argument("--methods", default=",".join(METHODS), help=f"of {','.join(METHODS)}")
+    ap.add_argument("--methods", default=",".join(DEFAULT_METHODS), help=f"of {','.join(METHODS)}")
     ap.add_argument("--device", default="rtx3090")
     ap.add_argument("--time-budget", type=float, default=60.0, help="MAGIS search seconds per workload")
     ap.add_argument("--peer-budget", type=float, default=60.0, help="seconds per peer and workload")
     ap.add_argument("--checkmate-time-limit", type=float, default=None,
                     help="seconds per Checkmate MILP (default: the peer budget / its number of budget points)")
-    ap.add_argument("--checkmate-max-vars", type=int, default=CHECKMATE_MAX_VARS,
+    ap.add_argument("--checkmate-max-vars", type=int, default=_checkmate.MAX_VARS,
                     help="larger Checkmate MILPs (R and S variables) are not attempted")
     ap.add_argument("--plots", type=Path, default=ROOT / "bench" / "results" / "pareto")
     ap.add_argument("--no-plots", action="store_true")

@@ -23,13 +23,22 @@ import plotly.graph_objects as go
 from plotly.offline import get_plotlyjs, get_plotlyjs_version
 from plotly.subplots import make_subplots
 
-ORDER = ["magis", "eager", "sqrt_n", "dtr", "checkmate", "torch_mincut"]
-NAMES = {"magis": "MAGIS (M-Optimizer)", "eager": "PyTorch eager", "sqrt_n": "sqrt(n) checkpointing",
-         "dtr": "DTR", "checkmate": "Checkmate (MILP)", "torch_mincut": "torch min-cut partitioner"}
-COLORS = {"magis": "#d62728", "eager": "#000000", "sqrt_n": "#1f77b4", "dtr": "#2ca02c",
-          "checkmate": "#9467bd", "torch_mincut": "#ff7f0e"}
-MARKERS = {"sqrt_n": ("s", "square"), "dtr": ("^", "triangle-up"), "checkmate": ("D", "diamond"),
-           "torch_mincut": ("v", "triangle-down"), "magis": ("o", "circle"), "eager": ("*", "star")}
+from core.search.methods import METHODS
+from core.search.pareto import non_dominated
+
+# names, colours and markers are the methods' own (``core.search.methods``): the same as the app's
+MPL_MARKERS = {"circle": "o", "square": "s", "diamond": "D", "triangle-up": "^", "triangle-down": "v",
+               "star": "*", "x": "x", "hexagon": "h", "pentagon": "p", "cross": "P"}
+
+
+def _style(m: str) -> tuple[str, str, str, str]:
+    """(label, colour, matplotlib marker, plotly symbol) of method ``m``."""
+    if m not in METHODS:
+        return m, "#666666", "o", "circle"
+    x = METHODS[m]
+    return x.label, x.colour, MPL_MARKERS.get(x.symbol, "o"), x.symbol
+
+
 PLOTLYJS = "plotly.min.js"
 # the headline numbers' thresholds, drawn as guides: latency overheads and memory limits
 OVERHEADS = (1.05, 1.10)
@@ -38,15 +47,12 @@ LIMITS = (0.8, 0.4)
 
 def frontier(points: list[tuple[float, float]]) -> list[tuple[float, float]]:
     """The non-dominated (peak, latency) points, by peak ascending (so latency descending)."""
-    out: list[tuple[float, float]] = []
-    for p, t in sorted(set(points)):
-        if not out or t < out[-1][1]:
-            out.append((p, t))
-    return out
+    return non_dominated(points, lambda x: x)
 
 
 def _methods(points: dict[str, list[dict]]) -> list[str]:
-    return sorted(points, key=lambda m: (ORDER.index(m) if m in ORDER else len(ORDER), m))
+    order = list(METHODS)
+    return sorted(points, key=lambda m: (order.index(m) if m in order else len(order), m))
 
 
 def _xy(pts: list[dict]) -> tuple[list[float], list[float]]:
@@ -73,9 +79,9 @@ def pareto_png(path: Path, workload: str, points: dict[str, list[dict]], subtitl
                     textcoords="offset points", fontsize=8, color="0.45")
     for m in _methods(points):
         pts = points[m]
-        color, name = COLORS.get(m, "0.4"), NAMES.get(m, m)
+        name, color, marker, _ = _style(m)
         if not pts:  # in the legend all the same: the table says why
-            ax.plot([], [], marker=MARKERS.get(m, ("o", "circle"))[0], ls="none", color=color, mfc="white",
+            ax.plot([], [], marker=marker, ls="none", color=color, mfc="white",
                     label=f"{name}: no point")
             continue
         if m == "eager":
@@ -87,7 +93,6 @@ def pareto_png(path: Path, workload: str, points: dict[str, list[dict]], subtitl
             ax.plot(fx, fy, drawstyle="steps-post", color=color, lw=2.2, label=f"{name}, frontier", zorder=4)
             ax.plot(fx, fy, "o", color=color, ms=3.5, zorder=4)
             continue
-        marker = MARKERS.get(m, ("o", "circle"))[0]
         if len(fr) > 1:
             ax.plot(fx, fy, drawstyle="steps-post", color=color, lw=1.2, ls="--", alpha=0.8, zorder=3)
         x, y = _xy(pts)
@@ -107,12 +112,12 @@ def convergence_png(path: Path, workload: str, records: list[dict], eager: dict,
     fig = _figure(8.5, 5.8)
     ax1, ax2 = fig.subplots(2, 1, sharex=True)
     t, peak, lat, low, starts = _convergence(records, eager)
-    ax1.plot(t, peak, drawstyle="steps-post", color=COLORS["magis"], lw=1.8, label="best state's peak")
+    ax1.plot(t, peak, drawstyle="steps-post", color=_style("magis")[1], lw=1.8, label="best state's peak")
     ax1.plot(t, low, drawstyle="steps-post", color="0.35", lw=1.0, ls="--", label="frontier's lowest peak so far")
     if frontier_peak is not None:
-        ax1.axhline(frontier_peak, color=COLORS["magis"], lw=1.0, ls="-.", alpha=0.7,
+        ax1.axhline(frontier_peak, color=_style("magis")[1], lw=1.0, ls="-.", alpha=0.7,
                     label=f"final frontier's lowest peak ({frontier_peak:.3f})")
-    ax2.plot(t, lat, drawstyle="steps-post", color=COLORS["sqrt_n"], lw=1.8, label="best state's latency")
+    ax2.plot(t, lat, drawstyle="steps-post", color=_style("sqrt_n")[1], lw=1.8, label="best state's latency")
     for k, ax in enumerate((ax1, ax2)):
         if t:
             ax.axvspan(0, t[0], color="0.93", zorder=0,
@@ -150,7 +155,7 @@ def pareto_html(path: Path, workload: str, points: dict[str, list[dict]], subtit
     fig = go.Figure()
     for m in _methods(points):
         pts = points[m]
-        color, name = COLORS.get(m, "#666"), NAMES.get(m, m)
+        name, color, _, symbol = _style(m)
         if not pts:
             fig.add_trace(go.Scatter(x=[None], y=[None], mode="markers", name=f"{name}: no point",
                                      marker=dict(color=color)))
@@ -171,7 +176,7 @@ def pareto_html(path: Path, workload: str, points: dict[str, list[dict]], subtit
             fig.add_trace(go.Scatter(x=[p for p, _ in fr], y=[t for _, t in fr], mode="lines", showlegend=False,
                                      hoverinfo="skip", line=dict(shape="hv", color=color, width=1.2, dash="dash")))
         fig.add_trace(go.Scatter(x=x, y=y, mode="markers", name=name, text=labels,
-                                 marker=dict(symbol=MARKERS.get(m, ("o", "circle"))[1] + "-open", size=10,
+                                 marker=dict(symbol=symbol + "-open", size=10,
                                              color=color, line=dict(width=2))))
     for xv in LIMITS:
         fig.add_vline(x=xv, line=dict(color="#bbb", dash="dot", width=1), annotation_text=f"{xv:.0%} limit")
@@ -190,11 +195,11 @@ def convergence_html(path: Path, workload: str, records: list[dict], eager: dict
                      subtitle: str = "", frontier_peak: float | None = None) -> None:
     t, peak, lat, low, starts = _convergence(records, eager)
     fig = make_subplots(rows=2, cols=1, shared_xaxes=True, vertical_spacing=0.08)
-    fig.add_trace(go.Scatter(x=t, y=peak, name="best state's peak", line=dict(shape="hv", color=COLORS["magis"])),
+    fig.add_trace(go.Scatter(x=t, y=peak, name="best state's peak", line=dict(shape="hv", color=_style("magis")[1])),
                   row=1, col=1)
     fig.add_trace(go.Scatter(x=t, y=low, name="frontier's lowest peak so far",
                              line=dict(shape="hv", color="#555", dash="dash", width=1)), row=1, col=1)
-    fig.add_trace(go.Scatter(x=t, y=lat, name="best state's latency", line=dict(shape="hv", color=COLORS["sqrt_n"])),
+    fig.add_trace(go.Scatter(x=t, y=lat, name="best state's latency", line=dict(shape="hv", color=_style("sqrt_n")[1])),
                   row=2, col=1)
     if t:
         fig.add_vrect(x0=0, x1=t[0], fillcolor="#eee", line_width=0, layer="below",
@@ -202,7 +207,7 @@ def convergence_html(path: Path, workload: str, records: list[dict], eager: dict
     for s in starts[1:]:
         fig.add_vline(x=s, line=dict(color="#ccc", width=1))
     if frontier_peak is not None:
-        fig.add_hline(y=frontier_peak, line=dict(color=COLORS["magis"], dash="dashdot", width=1), row=1, col=1,
+        fig.add_hline(y=frontier_peak, line=dict(color=_style("magis")[1], dash="dashdot", width=1), row=1, col=1,
                       annotation_text=f"final frontier's lowest peak ({frontier_peak:.3f})")
     if within is not None:
         fig.add_vline(x=within, line=dict(color="black", dash="dot", width=1.5),

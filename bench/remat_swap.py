@@ -39,13 +39,13 @@ def run(name: str, device: str, steps: int, budget: float) -> dict:
     for label, fn in (("remat", greedy_remat), ("swap", greedy_swap)):
         t0 = time.perf_counter()
         r = fn(g, order, cost, max_steps=steps, time_budget=budget)
-        sim = simulate(r.graph, r.order, cost, validate=False)
+        sim = simulate(r.graph(g), r.order, cost, validate=False)
         row[label] = {"peak": sim.peak, "latency": sim.latency, "applications": len(r.applications),
-                      "evaluated": r.evaluated, "simulated": r.simulated, "seconds": time.perf_counter() - t0,
-                      "stopped": r.stopped, "host_peak": sim.memory.host_peak,
+                      "evaluated": r.stats["evaluated"], "simulated": r.stats["simulated"], "seconds": time.perf_counter() - t0,
+                      "stopped": r.stats["stopped"], "host_peak": sim.memory.host_peak,
                       "compute_wait": sim.compute_wait,
                       "peak_ratio": sim.peak / base.peak, "latency_ratio": sim.latency / base.latency}
-        print(f"  {name} {label}: {len(r.applications)} applications, {r.stopped}", file=sys.stderr)
+        print(f"  {name} {label}: {len(r.applications)} applications, {r.stats['stopped']}", file=sys.stderr)
     return row
 
 

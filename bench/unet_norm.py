@@ -29,8 +29,8 @@ from core.cost.model import AnalyticCost  # noqa: E402
 from core.fmt import format_bytes  # noqa: E402
 from core.frontend.workload import build_fake, capture_workload  # noqa: E402
 from core.ir.graph import NodeKind  # noqa: E402
+from core.search.methods import METHODS  # noqa: E402
 from core.search.moptimizer import optimize  # noqa: E402
-from core.search.peers import PEERS  # noqa: E402
 from core.search.plan import replay  # noqa: E402
 from sample_graphs.unet import build_unet  # noqa: E402
 from sample_graphs.unetpp import build_unetpp  # noqa: E402
@@ -41,7 +41,7 @@ BUILDERS = {"unet": build_unet, "unetpp": build_unetpp}
 def run(workload: str, norm: bool, budget: float, device: str) -> dict:
     s = build_fake(lambda: BUILDERS[workload](workload, False, norm=norm))
     g = capture_workload(s, name=workload)
-    eager = PEERS["eager"].run(g, AnalyticCost(device)).plans[0]
+    eager = METHODS["eager"].run(g, AnalyticCost(device)).plans[0]
     t0 = time.perf_counter()
     pf = optimize(g, pareto=True, time_budget=budget, device=device)
     wall = time.perf_counter() - t0

@@ -19,6 +19,7 @@ import numpy as np
 from .analysis.lifetimes import MemoryProfile, Storage, memory_over_time, memory_profile, storage_table
 from .cost.model import AnalyticCost, CostModel
 from .ir.graph import Graph, Node, NodeKind, TRef
+from .metrics import metrics
 
 COPY_KINDS = (NodeKind.STORE, NodeKind.LOAD)
 
@@ -38,6 +39,10 @@ class SimResult:
     @property
     def peak(self) -> int:
         return self.memory.peak
+
+    def metrics(self) -> dict[str, float]:
+        """The named metrics of this simulation (``core.metrics``)."""
+        return metrics(self.peak, self.latency, host_bytes=self.memory.host_peak)
 
     @property
     def compute_wait(self) -> float:

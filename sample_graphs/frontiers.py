@@ -21,7 +21,7 @@ import sample_graphs
 PLAN_DIR = Path(__file__).resolve().parent / "plans"
 DEVICE = "rtx3090"
 PEER_METHODS = ("sqrt_n", "dtr", "torch_mincut", "checkmate")
-CHECKMATE_MAX_NODES = 800  # Checkmate's MILP is quadratic in the ops: only the small samples
+CHECKMATE_MAX_NODES = 800  # Checkmate's MILP is quadratic in the ops: only the small samples (its ``max_nodes``)
 MAGIS_POINTS = 32  # the M-Optimizer's frontier thinned to this many points, spread over its peaks
 
 
@@ -38,8 +38,9 @@ def frontier(name: str, *, time_budget: float | None = None, peer_budget: float 
              say=print):
     """The plan file of sample ``name``: MAGIS's frontier, the peers' points, eager last."""
     from core.cost.model import AnalyticCost
+    from core.frontend.workload import build_fake
+    from core.search.methods import METHODS, run_method
     from core.search.moptimizer import optimize
-    from core.search.peers import PEERS
     from core.search.plan import thin
 
     from .store import load_sample_graph
@@ -54,19 +55,11 @@ def frontier(name: str, *, time_budget: float | None = None, peer_budget: float 
     cost = AnalyticCost(DEVICE)
     peers, failures = [], {}
     for m in PEER_METHODS:
-        if m == "checkmate" and len(g) > CHECKMATE_MAX_NODES:
-            failures[m] = f"not attempted on {len(g)} nodes (its MILP is quadratic in the ops)"
-            continue
         t1 = time.perf_counter()
-        opts = {}
+        opts = {"max_nodes": CHECKMATE_MAX_NODES} if m == "checkmate" else {}
+        model = build_fake(lambda: sample_graphs.build(name)) if "model" in METHODS[m].needs else None
         try:
-            if m == "torch_mincut":
-                from core.frontend.workload import build_fake
-
-                opts["workload"] = build_fake(lambda: sample_graphs.build(name))
-            if m == "checkmate":
-                opts["time_limit"] = pb / 4
-            run = PEERS[m].run(g, cost, time_budget=pb, **opts)
+            run = run_method(m, g, cost, time_budget=pb, model=model, **opts)
         except Exception as e:  # noqa: BLE001 -- a peer that cannot run here is a note, not a stop
             failures[m] = f"{type(e).__name__}: {str(e).splitlines()[0][:160] if str(e) else ''}"
             say(f"  {m}: failed ({failures[m]})")

@@ -166,6 +166,7 @@ def test_bad_limit_and_foreign_plan_file_are_messages(page, server, tmp_path):
     assert "no plan on the frontier has a peak under 1.00 KiB" in text(page, "#messages")
     page.click("#msg-close")
     # a plan file made for another graph
+    from core.metrics import metrics
     from core.search.plan import Plan, PlanFile, plans_to_bytes
     from core.search.wl_hash import graph_hash
     from sample_graphs.store import load_sample_graph
@@ -173,7 +174,7 @@ def test_bad_limit_and_foreign_plan_file_are_messages(page, server, tmp_path):
     other = load_sample_graph("fig2_skip")
     path = tmp_path / "other.plan.json"
     path.write_bytes(plans_to_bytes(PlanFile(other.name, graph_hash(other), "rtx3090",
-                                             [Plan("eager", [], [], 1, 1.0)])))
+                                             [Plan("eager", [], [], metrics(1, 1.0))])))
     page.set_input_files("#plan-upload input[type=file]", str(path))
     page.wait_for_selector(".msg-error")
     assert "made for graph" in text(page, "#messages")

@@ -14,6 +14,7 @@ from app.plans import PlanStore, build_steps, build_view, origins, plan_marks
 from app.state import AppError, AppState
 from app.steps_view import step_details, step_figure, step_rows
 from core.cost import AnalyticCost
+from core.metrics import metrics
 from core.search.moptimizer import MOptimizer
 from core.search.plan import Plan, PlanError, PlanFile
 from core.search.wl_hash import graph_hash
@@ -22,7 +23,7 @@ from sample_graphs.store import load_sample_graph
 
 
 def plan(method: str, peak: int, latency: float, label: str = "") -> Plan:
-    return Plan(method, [], [], peak, latency, label)
+    return Plan(method, [], [], metrics(peak, latency), label)
 
 
 def frontier_of(points: list[Plan]):
@@ -135,11 +136,11 @@ def test_store_frontier_views_and_errors():
         assert v.sim.peak == f.points[f.baseline()].peak
         # a plan file of another graph: one line naming both
         other = load_sample_graph("fig2_skip")
-        pf = PlanFile(other.name, graph_hash(other), "rtx3090", [Plan("eager", [], [], 1, 1.0)])
+        pf = PlanFile(other.name, graph_hash(other), "rtx3090", [Plan("eager", [], [], metrics(1, 1.0))])
         with pytest.raises(PlanError, match="made for graph"):
             ps.set_frontier(gid, pf, "test")
         # a plan whose step does not apply: the view says which step
-        bad = PlanFile(g.name, graph_hash(g), "rtx3090", [Plan("magis", [Application("remat", (10**6, 1))], [], 1, 1.0),
+        bad = PlanFile(g.name, graph_hash(g), "rtx3090", [Plan("magis", [Application("remat", (10**6, 1))], [], metrics(1, 1.0)),
                                                          f.points[f.baseline()]])
         f2 = ps.set_frontier(gid, bad, "test")
         assert f2.version == f.version + 1

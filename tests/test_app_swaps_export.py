@@ -46,8 +46,8 @@ def hand_swap_plans(g: Graph, device: str) -> PlanFile:
     o.insert(o.index(b), load)
     s2 = simulate(h, o, cost)
     return PlanFile(g.name, graph_hash(g), device, [
-        Plan("magis", [app], o, s2.peak, s2.latency, label="hand swap"),
-        Plan("eager", [], order, sim.peak, sim.latency, label="traced order"),
+        Plan("magis", [app], o, s2.metrics(), label="hand swap"),
+        Plan("eager", [], order, sim.metrics(), label="traced order"),
     ])
 
 

@@ -23,7 +23,7 @@ def test_greedy_fission_splits_the_mlp_and_replays():
     r = greedy_fission(g, time_budget=30)
     assert r.applications and r.applications[0].rule == "fission"
     assert r.peak < simulate(g, get_scheduler("traced").run(g).order).peak == 2176 + 2 * 2048
-    assert replay(g, r.applications).same_as(r.graph)
+    assert r.peak == simulate(r.graph(g), r.order).peak
 
 
 def test_greedy_remat_and_swap_lower_a_cnn_peak_and_replay():
@@ -33,5 +33,4 @@ def test_greedy_remat_and_swap_lower_a_cnn_peak_and_replay():
     for fn in (greedy_remat, greedy_swap):
         r = fn(g, order, max_steps=5, time_budget=30)
         assert r.applications, fn.__name__
-        assert r.peak < base and r.peak == simulate(r.graph, r.order).peak
-        assert replay(g, r.applications).same_as(r.graph)
+        assert r.peak < base and r.peak == simulate(r.graph(g), r.order).peak

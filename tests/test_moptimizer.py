@@ -9,6 +9,7 @@ import json
 
 import pytest
 
+from core.metrics import metrics
 from core.search.moptimizer import MOptimizer, Objective, optimize
 from core.search.mstate import MState
 from core.search.plan import (
@@ -25,24 +26,28 @@ from core.simulate import simulate
 from tests.test_fission import mlp
 
 
+def _m(peak, latency):
+    return {"peak": peak, "latency": latency}
+
+
 def _s(peak, latency):
-    return MState(None, None, 0, -1, (), peak, latency, 0)
+    return MState(None, None, 0, -1, (), _m(peak, latency), 0)
 
 
 def test_the_lexicographic_comparisons_of_both_modes():
     mem = Objective("memory", 100)
     # both meet the limit: latency decides; else memory decides
-    assert mem.key(90, 1.0) < mem.key(50, 2.0)
-    assert mem.key(100, 5.0) < mem.key(101, 1.0)
-    assert mem.key(150, 5.0) < mem.key(160, 1.0)
+    assert mem.key(_m(90, 1.0)) < mem.key(_m(50, 2.0))
+    assert mem.key(_m(100, 5.0)) < mem.key(_m(101, 1.0))
+    assert mem.key(_m(150, 5.0)) < mem.key(_m(160, 1.0))
     lat = Objective("latency", 1.5)
-    assert lat.key(50, 1.4) < lat.key(60, 1.0)
-    assert lat.key(999, 1.5) < lat.key(1, 1.6)
-    assert lat.key(10, 2.0) < lat.key(5, 3.0)
+    assert lat.key(_m(50, 1.4)) < lat.key(_m(60, 1.0))
+    assert lat.key(_m(999, 1.5)) < lat.key(_m(1, 1.6))
+    assert lat.key(_m(10, 2.0)) < lat.key(_m(5, 3.0))
     # the push test: within delta = 1.1 of the best in the quantity compared first
     best = _s(90, 1.0)
-    assert mem.relaxed(95, 1.1, best, 1.1) and not mem.relaxed(95, 1.2, best, 1.1)
-    assert mem.relaxed(98, 9.0, _s(120, 1.0), 1.1) and not mem.relaxed(140, 0.1, _s(120, 1.0), 1.1)
+    assert mem.relaxed(_m(95, 1.1), best.metrics, 1.1) and not mem.relaxed(_m(95, 1.2), best.metrics, 1.1)
+    assert mem.relaxed(_m(98, 9.0), _m(120, 1.0), 1.1) and not mem.relaxed(_m(140, 0.1), _m(120, 1.0), 1.1)
     with pytest.raises(ValueError, match="unknown mode"):
         Objective("speed", 1)
 
@@ -81,7 +86,7 @@ def test_the_sweep_searches_the_widest_gap_and_below_its_lowest_point():
     g, _ = mlp()
     m = MOptimizer(g)
     a, b, c = _s(1000, 1.0), _s(900, 1.1), _s(500, 1.5)
-    m.archive = [a, b, c]
+    m.pareto_archive.items = [a, b, c]
     assert mo.FLOOR == 0.8
     tried: set[int] = set()
     got = []
@@ -204,7 +209,7 @@ def test_the_warm_start_ends_with_swap_steps_that_lower_the_peak_and_replay():
 
 
 def test_thin_keeps_the_ends_and_the_points_nearest_even_peaks():
-    pts = [Plan("magis", [], [], peak, 1.0 + 1 / peak) for peak in (100, 10, 11, 12, 40, 52, 90, 95, 99)]
+    pts = [Plan("magis", [], [], metrics(peak, 1.0 + 1 / peak)) for peak in (100, 10, 11, 12, 40, 52, 90, 95, 99)]
     assert [p.peak for p in thin(pts, 4)] == [10, 40, 52, 100]  # targets 40 and 70 (52 is 18 away, 90 is 20)
     assert [p.peak for p in thin(pts, 3)] == [10, 52, 100]  # target 55
     assert [p.peak for p in thin(pts, 20)] == sorted(p.peak for p in pts)

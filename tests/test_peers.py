@@ -11,7 +11,7 @@ import pytest
 from core.cost.model import AnalyticCost, CostModel
 from core.ir.builder import GraphBuilder
 from core.ir.graph import Graph, Node, TensorKind
-from core.search.peers import PEERS
+from core.search.methods import METHODS, PEER_FAMILIES, methods_of
 from core.search.peers.common import RematDecision, forward_ops, realise, two_instance_decision
 from core.search.peers.sqrt_n import checkpoints
 from core.search.plan import Plan, check_order, replay
@@ -86,7 +86,7 @@ def recomputed(h: Graph, order: list[int]) -> list[str]:
 # ---- eager ----------------------------------------------------------------------------------------
 def test_eager_is_the_traced_order_with_a_hand_counted_peak():
     g, cost = chain(8)
-    (p,) = PEERS["eager"].plans(g, cost)
+    (p,) = METHODS["eager"].plans(g, cost)
     check_plan(g, p, cost)
     assert p.applications == [] and names(g, p.order)[:9] == [f"a{i}" for i in range(1, 9)] + ["loss"]
     # at g_loss: x + a1..a8 + loss + g_loss; 8 forward + loss + g_loss + 8 backward ops of 2 s
@@ -100,7 +100,7 @@ def test_sqrt_n_on_a_chain_keeps_sqrt_n_checkpoints_and_its_peak_is_a_hand_count
     kept = sorted(g.nodes[v].name for v in keep)
     # cuts after a3 and a7 (even split of 10 ops); the last segment (a8, a9, loss) is not dropped
     assert len(cuts) == 2 and kept == ["a3", "a7", "a8", "a9", "loss"]
-    (p,) = PEERS["sqrt_n"].plans(g, cost, segments=[3])
+    (p,) = METHODS["sqrt_n"].plans(g, cost, segments=[3])
     h = check_plan(g, p, cost)
     order = names(h, p.order)
     assert recomputed(h, p.order) == ["a1", "a2", "a4", "a5", "a6"]
@@ -108,12 +108,12 @@ def test_sqrt_n_on_a_chain_keeps_sqrt_n_checkpoints_and_its_peak_is_a_hand_count
     assert order[order.index("g7") - 3:order.index("g7")] == ["a4", "a5", "a6"]
     assert p.stats["duplicates"] == 0 and p.latency == 29 + 5  # eager 9 + 1 + 1 + 18, five recomputations
     # peak, at g7: x + a3 (for g4) + a4', a5', a6' + loss + g8 + g7 = 100 + 400 + 1 + 200
-    assert p.peak == 701 < PEERS["eager"].plans(g, cost)[0].peak == 1101
+    assert p.peak == 701 < METHODS["eager"].plans(g, cost)[0].peak == 1101
 
 
 def test_sqrt_n_gives_one_point_per_segment_count():
     g, cost = chain(16)
-    plans = PEERS["sqrt_n"].plans(g, cost)
+    plans = METHODS["sqrt_n"].plans(g, cost)
     assert [p.stats["segments"] for p in plans] == [2, 4, 8] and "sqrt n" in plans[1].label
     for p in plans:
         check_plan(g, p, cost)
@@ -123,8 +123,8 @@ def test_sqrt_n_gives_one_point_per_segment_count():
 # ---- DTR ------------------------------------------------------------------------------------------
 def test_dtr_stays_within_its_budget_and_pays_exactly_its_recomputations():
     g, cost = chain(8)
-    eager = PEERS["eager"].plans(g, cost)[0]
-    run = PEERS["dtr"].run(g, cost, budgets=(0.9, 0.7, 0.5, 0.35))
+    eager = METHODS["eager"].plans(g, cost)[0]
+    run = METHODS["dtr"].run(g, cost, budgets=(0.9, 0.7, 0.5, 0.35))
     assert [p.label for p in run.plans] == ["budget 0.9", "budget 0.7", "budget 0.5"]
     assert [f.label for f in run.failures] == ["budget 0.35"] and "infeasible" in run.failures[0].reason
     assert "under a budget of" in run.failures[0].reason and "cannot be evicted" in run.failures[0].reason
@@ -141,7 +141,7 @@ def test_dtr_evicts_by_h_dtr():
     """Budget 0.9 of 1001 B: at g_loss the 100 B of g_loss must fit, so one activation goes; all
     cost 1 s and have 100 B, so the stalest (a1, last touched first) is evicted, and a later one."""
     g, cost = chain(8)
-    (p,) = PEERS["dtr"].plans(g, cost, budgets=(0.9,))
+    (p,) = METHODS["dtr"].plans(g, cost, budgets=(0.9,))
     h = check_plan(g, p, cost)
     assert p.stats["evictions"] == 2 and recomputed(h, p.order)[0] == "a1"
 
@@ -164,32 +164,32 @@ def brute_force(g: Graph, cost: CostModel, budget: int) -> float | None:
 
 def test_checkmate_is_the_brute_force_optimum_on_a_chain_and_beats_dtr_and_sqrt_n():
     g, cost = chain(6)
-    eager = PEERS["eager"].plans(g, cost)[0]
+    eager = METHODS["eager"].plans(g, cost)[0]
     for b in (1.0, 0.9, 0.8, 0.7):
-        (p,) = PEERS["checkmate"].plans(g, cost, budgets=(b,))
+        (p,) = METHODS["checkmate"].plans(g, cost, budgets=(b,))
         check_plan(g, p, cost)
         assert p.stats["optimal"] and p.peak <= int(b * eager.peak)
         assert p.latency == brute_force(g, cost, int(b * eager.peak)), b
     # a budget no single recomputation meets: Checkmate recomputes some activations twice
     assert brute_force(g, cost, int(0.6 * eager.peak)) is None
-    (p,) = PEERS["checkmate"].plans(g, cost, budgets=(0.6,))
+    (p,) = METHODS["checkmate"].plans(g, cost, budgets=(0.6,))
     assert p.peak <= int(0.6 * eager.peak)
     # at the budgets DTR and sqrt(n) reach, Checkmate is at least as fast
-    others = PEERS["dtr"].plans(g, cost, budgets=(0.9, 0.7, 0.6)) + PEERS["sqrt_n"].plans(g, cost)
+    others = METHODS["dtr"].plans(g, cost, budgets=(0.9, 0.7, 0.6)) + METHODS["sqrt_n"].plans(g, cost)
     for q in others:
         frac = q.peak / eager.peak
-        (c,) = PEERS["checkmate"].plans(g, cost, budgets=(frac,))
+        (c,) = METHODS["checkmate"].plans(g, cost, budgets=(frac,))
         assert c.latency <= q.latency, (q.method, q.label)
 
 
 def test_checkmate_reports_infeasible_and_not_solved_in_time_without_raising():
     g, cost = chain(6)
-    run = PEERS["checkmate"].run(g, cost, budgets=(0.3,))
+    run = METHODS["checkmate"].run(g, cost, budgets=(0.3,))
     assert run.plans == [] and run.failures[0].reason.startswith("infeasible")
     from sample_graphs.store import load_sample_graph
 
     big = load_sample_graph("bert_tiny")
-    run = PEERS["checkmate"].run(big, AnalyticCost("rtx3090"), budgets=(0.8,), time_limit=1.0)
+    run = METHODS["checkmate"].run(big, AnalyticCost("rtx3090"), budgets=(0.8,), time_limit=1.0)
     assert run.plans == [] and run.failures[0].reason.startswith("not solved in 1 s")
 
 
@@ -229,12 +229,13 @@ def test_every_peer_plan_verifies_on_the_tiny_workloads(name):
 
     case = Case(name)
     cost = AnalyticCost("rtx3090")
-    eager = PEERS["eager"].plans(case.g, cost)[0]
+    eager = METHODS["eager"].plans(case.g, cost)[0]
     rows, failures, seconds = [], [], {}
-    for method, peer in PEERS.items():
+    for method in methods_of(*PEER_FAMILIES):
+        peer = METHODS[method]
         opts = dict(OPTIONS[name].get(method, {}))
         if method == "torch_mincut":
-            opts["workload"] = build_workload(name, 0)
+            opts["model"] = build_workload(name, 0)
         run = peer.run(case.g, cost, time_budget=300, **opts)
         seconds[method] = run.seconds
         failures += [(method, f.label, f.reason) for f in run.failures]

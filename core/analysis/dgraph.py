@@ -33,6 +33,7 @@ from collections import deque
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
+from ..errors import RuleNotApplicable
 from ..ir import ops
 from ..ir.graph import Graph, NodeKind, TRef, kahn_order, map_refs
 
@@ -130,7 +131,7 @@ class Split:
         return [k for k in range(2, self.length + 1) if self.length % k == 0]
 
 
-class SplitError(ValueError):
+class SplitError(RuleNotApplicable):
     """An F-Trans that breaks one of the constraints (the message says which)."""
 
 

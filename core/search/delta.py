@@ -22,7 +22,7 @@ A state's memory is its parent, the application and the re-ordered window (``mst
 ``goto`` moves the working state to any state by undoing and replaying applications along the tree.
 The narrow-waist values that pick the window are those of the imported graph (a node that a rule
 added takes its origin's value): they only choose where a window ends, so they are not recomputed
-per state.  Its rules default to the remat family (``transform.registry.REMAT_RULES``).  A graph with
+per state.  Its rules default to the remat family (``transform.registry.rules_of(REMAT_FAMILY)``).  A graph with
 STORE/LOAD copies is simulated in full per child, since copy timing moves frees past the window (the
 cached op times and the storage index with ``simulate``'s timing, ``bench/swap_children.py``), and a
 swap is placed rather than rescheduled (``_swap_window``: its STORE right after the tensor's
@@ -43,12 +43,13 @@ from ..analysis.lifetimes import counted, fission_scratch
 from ..analysis.narrow_waist import narrow_waist
 from ..cost.model import AnalyticCost, CostModel
 from ..ir.graph import EditLog, Graph, GraphError, NodeKind, TensorKind, TRef
+from ..metrics import metrics
 from ..schedule.footprint import MemoryModel
 from ..schedule.incremental import SEARCH, get_reschedule_interval, schedule_parts
 from ..schedule.units import UnitProblem
 from ..simulate import COPY_KINDS, copies_done, simulate, stream_times
-from ..transform.registry import REMAT_RULES
-from ..transform.rule import Application, Rule, Where
+from ..transform.registry import REMAT_FAMILY, rules_of
+from ..transform.rule import Application, Rule, RuleNotApplicable, Where
 from .mstate import MState
 from .wl_hash import WLHash
 
@@ -205,10 +206,17 @@ class Child:
     lo: int
     hi: int
     window: tuple[int, ...]
-    peak: int
-    latency: float
+    metrics: dict[str, float]  # named metrics (``core.metrics``)
     hash: int
     exact_window: bool = True  # the window's DP finished (no state cap or time limit hit)
+
+    @property
+    def peak(self) -> int:
+        return self.metrics["peak"]
+
+    @property
+    def latency(self) -> float:
+        return self.metrics["latency"]
 
 
 class DeltaEvaluator:
@@ -219,7 +227,7 @@ class DeltaEvaluator:
                  max_states: int = 20_000) -> None:
         self.g = g
         self.cost = cost or AnalyticCost()
-        self.rules = dict(rules or REMAT_RULES)
+        self.rules = dict(rules or rules_of(REMAT_FAMILY))
         self.flags = (free_inputs, count_weights)
         self.max_states = max_states
         self.order = list(order)
@@ -232,10 +240,11 @@ class DeltaEvaluator:
         self.intervals: dict[TRef, tuple[int, int, int]] = {}
         self.curve = self._full_curve()
         self.latency = self._full_latency()
-        peak = self.peak
+        peak, host = self.peak, 0
         if self.storages.copy_nodes:  # copies free their inputs when they complete: the timed peak
-            peak = simulate(g, self.order, self.cost, validate=False).peak
-        self.root = MState(None, None, 0, -1, (), peak, self.latency, self.wl.value())
+            sim = simulate(g, self.order, self.cost, validate=False)
+            peak, host = sim.peak, sim.memory.host_peak
+        self.root = MState(None, None, 0, -1, (), metrics(peak, self.latency, host_bytes=host), self.wl.value())
         self.state = self.root
         self._stack: list[tuple[MState, EditLog, tuple[int, ...], set[TRef], dict]] = []
 
@@ -311,10 +320,10 @@ class DeltaEvaluator:
         changed = self.storages.refresh(log)
         try:
             saved = self.wl.update(log.touched())
-        except GraphError:  # the edit made a cycle: a rule's check missed it
+        except GraphError as e:  # the edit made a cycle: the rewrite does not apply (OCGGS section 2)
             self.rules[app.rule].inverse(self.g, log)
             self.storages.refresh(log)
-            raise
+            raise RuleNotApplicable(f"{app}: {e}") from None
         return log, changed, saved
 
     def _undo(self, app: Application, log: EditLog, saved: dict) -> None:
@@ -547,25 +556,28 @@ class DeltaEvaluator:
         curve, _, _ = self._transition(L, R, window, affected, bg)
         peak = int(curve.max()) if len(curve) else 0
         uncopied = any(e.kind == "erase" and e.node is not None and e.node.kind in COPY_KINDS for e in log.edits)
+        host = 0  # a graph without copies holds nothing on the host
         if self.storages.copy_nodes or uncopied:  # the working latency is a simulated one: no delta
-            peak, latency = self._simulated(self.order[:L] + window + self.order[R + 1:], log.touched())
+            peak, latency, host = self._simulated(self.order[:L] + window + self.order[R + 1:], log.touched())
         else:
             latency = self.latency + self._latency_delta(log)
-        return Child(app, L, R, tuple(window), peak, latency, self.wl.value(), exact)
+        return Child(app, L, R, tuple(window), metrics(peak, latency, host_bytes=host), self.wl.value(), exact)
 
     def _placed(self, app: Application, L: int, R: int, window: list[int], touched: set[int]) -> Child:
         """The child whose window is ``window`` as placed (a swap), simulated in full."""
-        peak, latency = self._simulated(self.order[:L] + window + self.order[R + 1:], touched)
-        return Child(app, L, R, tuple(window), peak, latency, self.wl.value(), True)
+        peak, latency, host = self._simulated(self.order[:L] + window + self.order[R + 1:], touched)
+        return Child(app, L, R, tuple(window), metrics(peak, latency, host_bytes=host), self.wl.value(), True)
 
-    def _simulated(self, order: list[int], touched: set[int]) -> tuple[int, float]:
-        """(peak, latency) of the working graph under ``order``, as ``simulate`` computes them (the
-        copy stream's timing, a copy's input freed when the copy completes), from the cached op
-        times (those of ``touched`` taken afresh) and the storage index rather than from scratch."""
+    def _simulated(self, order: list[int], touched: set[int]) -> tuple[int, float, int]:
+        """(peak, latency, host peak) of the working graph under ``order``, as ``simulate`` computes
+        them (the copy stream's timing, a copy's input freed when the copy completes; a host copy
+        alive from its STORE to its last LOAD, as ``lifetimes.storage_events`` has it), from the
+        cached op times (those of ``touched`` taken afresh) and the storage index rather than from
+        scratch."""
         g, times, cost = self.g, self.times, self.cost
         n = len(order)
         if not n:
-            return 0, 0.0
+            return 0, 0.0, 0
 
         def duration(node) -> float:
             v = node.id
@@ -575,12 +587,19 @@ class DeltaEvaluator:
         done = copies_done(end, issue, stream)
         pos = {v: i for i, v in enumerate(order)}.__getitem__
         d = np.zeros(n + 1, dtype=np.int64)
+        h = np.zeros(n + 1, dtype=np.int64)
         for s in self.storages.st.values():
+            if s.device != "device":
+                a = pos(s.producer)
+                f = n - 1 if s.kept else max((pos(m) for m in s.members), default=a)
+                h[a] += s.nbytes
+                h[f + 1] -= s.nbytes
+                continue
             iv = self._interval(s, pos, n - 1, done)
             if iv is not None:
                 d[max(iv[0], 0)] += iv[2]
                 d[iv[1] + 1] -= iv[2]
-        return int(np.cumsum(d)[:n].max()), float(end.max())
+        return int(np.cumsum(d)[:n].max()), float(end.max()), int(np.cumsum(h)[:n].max())
 
     def _latency_delta(self, log: EditLog) -> float:
         g, times = self.g, self.times
@@ -595,7 +614,7 @@ class DeltaEvaluator:
     # ---- moving the working state ----------------------------------------------------------------
     def child_state(self, c: Child) -> MState:
         """The M-State of an evaluated child of the working state."""
-        return MState(self.state, c.app, c.lo, c.hi, c.window, c.peak, c.latency, c.hash, self.state.depth + 1)
+        return MState(self.state, c.app, c.lo, c.hi, c.window, c.metrics, c.hash, self.state.depth + 1)
 
     def commit(self, s: MState) -> None:
         """Make ``s`` -- a child of the working state -- the working state (no rescheduling: its

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -28,26 +27,28 @@ from ..schedule.baselines import TracedOrder
 from ..schedule.placement import place_and_simulate
 from ..simulate import SimResult, simulate
 from ..transform.fission import Fission, apply_split
-from ..transform.registry import REMAT_RULES
+from ..transform.registry import REMAT_FAMILY, rules_of
 from ..transform.rule import Application
 from ..transform.swap import Swap, swappable
 from .delta import DeltaEvaluator
+from .plan import Plan
 
 
-@dataclass
-class GreedyResult:
-    graph: Graph
-    order: list[int]
-    peak: int
-    latency: float
-    applications: list[Application] = field(default_factory=list)
-    evaluated: int = 0  # children evaluated (estimated, for swaps)
-    simulated: int = 0  # full simulations
-    seconds: float = 0.0
-    stopped: str = "no application lowers the peak"
-    # other applications that lowered the peak at a step: (the number of ``applications`` before
-    # it, application) -- e.g. the same F-Tree node at another n, a different trade of memory for time
-    alternatives: list[tuple[int, Application]] = field(default_factory=list)
+def _plan(method: str, order: list[int], sim: SimResult, apps: list[Application], evaluated: int, simulated: int,
+          t0: float, stopped: str, alternatives: list[tuple[int, Application]] = ()) -> Plan:
+    """A pass's result as a plan (its graph: ``plan.graph(imported)``).  ``stats``: children
+    evaluated (estimated, for swaps), full simulations, seconds, why it stopped, and the other
+    applications that lowered the peak at a step (``alternatives``)."""
+    return Plan(method, list(apps), list(order), sim.metrics(), "",
+                {"evaluated": evaluated, "simulated": simulated, "seconds": round(time.perf_counter() - t0, 3),
+                 "stopped": stopped, "alternatives": [[k, a.rule, *a.params] for k, a in alternatives]})
+
+
+def alternatives(plan: Plan) -> list[tuple[int, Application]]:
+    """(the number of the plan's applications before it, application): the applications that also
+    lowered the peak at a step -- e.g. the same F-Tree node at another n, a different trade of
+    memory for time."""
+    return [(k, Application(rule, tuple(params))) for k, rule, *params in plan.stats.get("alternatives", [])]
 
 
 def _better(peak: int, latency: float, best: tuple[int, float]) -> bool:
@@ -55,10 +56,10 @@ def _better(peak: int, latency: float, best: tuple[int, float]) -> bool:
 
 
 def greedy_remat(g: Graph, order: list[int], cost: CostModel | None = None, max_steps: int = 50,
-                 time_budget: float = 60.0, progress: Callable[[str], None] | None = None) -> GreedyResult:
+                 time_budget: float = 60.0, progress: Callable[[str], None] | None = None) -> Plan:
     """Rematerialize the hot-spot application that lowers the peak most, step by step."""
     t0 = time.perf_counter()
-    ev = DeltaEvaluator(g.copy(), order, cost, rules=REMAT_RULES)
+    ev = DeltaEvaluator(g.copy(), order, cost, rules=rules_of(REMAT_FAMILY))
     evaluated = 0
     stopped = f"{max_steps} steps"
     for step in range(max_steps):
@@ -79,8 +80,7 @@ def greedy_remat(g: Graph, order: list[int], cost: CostModel | None = None, max_
             progress(f"remat step {step + 1}: {best.app} peak {best.peak} latency {best.latency:.6f}")
     h, o = ev.materialize()
     sim = simulate(h, o, ev.cost, validate=False)
-    return GreedyResult(h, o, sim.peak, sim.latency, ev.state.applications(), evaluated, 1,
-                        time.perf_counter() - t0, stopped)
+    return _plan("greedy_remat", o, sim, ev.state.applications(), evaluated, 1, t0, stopped)
 
 
 def _swap_estimates(g: Graph, sim: SimResult, cost: CostModel, hot: list[TRef]) -> list[tuple[int, Application]]:
@@ -122,7 +122,7 @@ def _swap_estimates(g: Graph, sim: SimResult, cost: CostModel, hot: list[TRef]) 
 
 def greedy_swap(g: Graph, order: list[int], cost: CostModel | None = None, max_steps: int = 50,
                 time_budget: float = 60.0, confirm: int = 4,
-                progress: Callable[[str], None] | None = None) -> GreedyResult:
+                progress: Callable[[str], None] | None = None) -> Plan:
     """Swap the hot-spot tensor whose swap lowers the simulated peak most, step by step (ties: the
     lower latency); ``confirm`` best estimates are simulated in full per step."""
     t0 = time.perf_counter()
@@ -159,13 +159,12 @@ def greedy_swap(g: Graph, order: list[int], cost: CostModel | None = None, max_s
         apps.append(app)
         if progress:
             progress(f"swap step {step + 1}: {app} peak {sim.peak} latency {sim.latency:.6f}")
-    return GreedyResult(h, order, sim.peak, sim.latency, apps, evaluated, simulated,
-                        time.perf_counter() - t0, stopped)
+    return _plan("greedy_swap", order, sim, apps, evaluated, simulated, t0, stopped)
 
 
 def greedy_fission(g: Graph, order: list[int] | None = None, cost: CostModel | None = None,
                    time_budget: float = 60.0, ns: tuple[int, ...] = (2, 4, 8),
-                   progress: Callable[[str], None] | None = None, ftree: FTree | None = None) -> GreedyResult:
+                   progress: Callable[[str], None] | None = None, ftree: FTree | None = None) -> Plan:
     """Enable F-Tree nodes of ``g`` (built on ``order``'s hot-spots, or ``ftree`` when the caller
     has built it) best score first; each one at the n of ``ns`` with the lowest simulated peak
     (traced order), kept only if it lowers the peak."""
@@ -222,8 +221,7 @@ def greedy_fission(g: Graph, order: list[int] | None = None, cost: CostModel | N
         used |= nodes
         if progress:
             progress(f"fission F-Tree node {f.id} n={app.params[0]}: peak {sim.peak} latency {sim.latency:.6f}")
-    return GreedyResult(h, cur_order, sim.peak, sim.latency, apps, evaluated, simulated,
-                        time.perf_counter() - t0, stopped, alternatives)
+    return _plan("greedy_fission", cur_order, sim, apps, evaluated, simulated, t0, stopped, alternatives)
 
 
-__all__ = ["GreedyResult", "greedy_fission", "greedy_remat", "greedy_swap"]
+__all__ = ["alternatives", "greedy_fission", "greedy_remat", "greedy_swap"]

@@ -33,18 +33,19 @@ from dataclasses import dataclass, field
 from ..analysis.ftree import LEVELS, build_ftree
 from ..cost.model import AnalyticCost, CostModel
 from ..fmt import format_bytes, parse_bytes
-from ..ir.graph import Graph, GraphError, NodeKind, TRef
+from ..ir.graph import Graph, NodeKind, TRef
+from ..metrics import Metrics
 from ..schedule import get_scheduler
 from ..transform.ftree_rules import FTreeRule
-from ..transform.registry import RULES
-from ..transform.rule import Application
+from ..transform.registry import FTREE_FAMILY, TENSOR_FAMILIES, families, rules_of
+from ..transform.rule import Application, RuleNotApplicable
 from .delta import Child, DeltaEvaluator
 from .mstate import MState
+from .pareto import FRONT, ParetoArchive, vector
 from .plan import Plan
 
 DELTA = 1.1  # relaxation of the push test (paper)
 HOT = 6  # hot-spot tensors the tensor rules (remat, swap) are matched on per state
-TENSOR_RULES = ("remat", "remat_chain", "deremat", "swap", "swap_late", "deswap")
 MIN_GAP = 0.05  # the Pareto sweep searches frontier gaps wider than 5% in peak
 MIN_GAP_SEARCH = 1.0  # seconds: a shorter remainder of the budget is not spent on a gap
 FLOOR = 0.8  # the Pareto sweep also searches below its lowest point, at this fraction of its peak
@@ -87,29 +88,31 @@ class SearchResult:
 
 
 class Objective:
-    """The lexicographic order of a mode: ``key`` sorts states best first."""
+    """MAGIS's lexicographic order over named metrics (section 6.2): a ``limit`` on one metric
+    (``limited``) and the metric optimized under it (``target``).  Two states that both meet the
+    limit compare by the target, then the limited metric; otherwise by the limited metric, then the
+    target.  ``key`` sorts metrics vectors best first.  The paper's two modes are ``memory`` (peak
+    limited, latency the target) and ``latency`` (the mirror image)."""
+
+    MODES = {"memory": ("peak", "latency"), "latency": ("latency", "peak")}
 
     def __init__(self, mode: str, limit: float) -> None:
-        if mode not in ("memory", "latency"):
+        if mode not in self.MODES:
             raise ValueError(f"unknown mode {mode!r} (memory or latency)")
         self.mode, self.limit = mode, limit
+        self.limited, self.target = self.MODES[mode]
 
-    def meets(self, peak: int, latency: float) -> bool:
-        return peak <= self.limit if self.mode == "memory" else latency <= self.limit
+    def meets(self, m: Metrics) -> bool:
+        return m[self.limited] <= self.limit
 
-    def key(self, peak: int, latency: float) -> tuple:
-        if self.mode == "memory":
-            return (0, latency, peak) if peak <= self.limit else (1, peak, latency)
-        return (0, peak, latency) if latency <= self.limit else (1, latency, peak)
+    def key(self, m: Metrics) -> tuple:
+        a, b = m[self.limited], m[self.target]
+        return (0, b, a) if a <= self.limit else (1, a, b)
 
-    def relaxed(self, peak: int, latency: float, best: MState, delta: float) -> bool:
-        """Not worse than ``best`` relaxed by ``delta`` in the quantity the comparison starts with."""
-        if self.meets(peak, latency) and self.meets(best.peak, best.latency):
-            return (latency if self.mode == "memory" else peak) <= delta * (
-                best.latency if self.mode == "memory" else best.peak)
-        if self.mode == "memory":
-            return peak <= delta * best.peak
-        return latency <= delta * best.latency
+    def relaxed(self, m: Metrics, best: Metrics, delta: float) -> bool:
+        """Not worse than ``best`` relaxed by ``delta`` in the metric the comparison starts with."""
+        k = self.target if self.meets(m) and self.meets(best) else self.limited
+        return m[k] <= delta * best[k]
 
 
 class MOptimizer:
@@ -122,25 +125,30 @@ class MOptimizer:
         self.cost = cost or AnalyticCost()
         self.order = list(order) if order is not None else get_scheduler("traced").run(g).order
         self.ftree = build_ftree(g, self.order, levels=levels)
-        names = rules if rules is not None else ("ftree", *TENSOR_RULES)
-        table = {k: RULES[k] for k in ("fission", "lift", "disable", "mutate")} if "ftree" in names else {}
-        table.update({k: RULES[k] for k in names if k in RULES})
+        tensor = rules_of(*TENSOR_FAMILIES)
+        names = rules if rules is not None else ("ftree", *tensor)
+        table = dict(rules_of(FTREE_FAMILY)) if "ftree" in names else {}  # they apply what "ftree" matches
+        table.update({k: r for k, r in rules_of(*families()).items() if k in names})
         if "ftree" in names:
             table["ftree"] = FTreeRule(self.ftree)
         self.delta, self.hot = delta, hot
         self.ev = DeltaEvaluator(g.copy(), self.order, self.cost, rules=table)
         self.root = self.ev.root
         self.seen: set[int] = {self.root.hash}
-        self.archive: list[MState] = [self.root]
+        self.pareto_archive: ParetoArchive[MState] = ParetoArchive(lambda s: vector(s.metrics, FRONT))
+        self.pareto_archive.add(self.root)
 
     # ---- the archive of non-dominated states ---------------------------------------------------
+    @property
+    def archive(self) -> list[MState]:
+        """The non-dominated states seen so far (peak, latency), in the order they came."""
+        return self.pareto_archive.items
+
     def _archive(self, s: MState) -> None:
-        if any(a.peak <= s.peak and a.latency <= s.latency for a in self.archive):
-            return
-        self.archive = [a for a in self.archive if not (s.peak <= a.peak and s.latency <= a.latency)] + [s]
+        self.pareto_archive.add(s)
 
     def frontier(self) -> list[MState]:
-        return sorted(self.archive, key=lambda s: (s.peak, s.latency))
+        return self.pareto_archive.front()
 
     def seed(self, applications: list[Application],
              alternatives: list[tuple[int, Application]] = ()) -> MState:
@@ -158,7 +166,7 @@ class MOptimizer:
             for app in at.get(k, ()):  # before the chain moves on
                 try:
                     states.append(ev.child_state(ev.evaluate(app)))
-                except (ValueError, GraphError, KeyError, AssertionError):
+                except RuleNotApplicable:
                     continue
             if k < len(applications):
                 states.append(ev.advance(applications[k]))
@@ -182,12 +190,12 @@ class MOptimizer:
         lowers the peak at no latency, but once a graph has copies every child is simulated in
         full, so swaps come after the delta-evaluated Remat chains rather than among them.  Every
         state on the way enters the Pareto archive; the fission chain's end is returned."""
-        from .greedy import greedy_fission
+        from .greedy import alternatives, greedy_fission
 
         t0 = time.perf_counter()
         res = greedy_fission(self.imported, self.order, self.cost, time_budget=(1 - REMAT_SHARE) * time_budget,
                              ftree=self.ftree)
-        s = self.seed(res.applications, res.alternatives)
+        s = self.seed(res.applications, alternatives(res))
         end = self.remat_steps(s, (time_budget * (1 - SWAP_SHARE) - (time.perf_counter() - t0)) / 2)
         if s is not self.root:  # fission can leave the peak where no tensor is recomputable
             self.remat_steps(self.root, time_budget * (1 - SWAP_SHARE) - (time.perf_counter() - t0))
@@ -238,7 +246,7 @@ class MOptimizer:
                     break
                 try:
                     c = ev.evaluate(app)
-                except (ValueError, GraphError, KeyError, AssertionError):
+                except RuleNotApplicable:
                     continue
                 saved = here.peak - c.peak
                 if saved <= 0 or c.hash in self.seen:
@@ -312,7 +320,7 @@ class MOptimizer:
         start = start or self.root
         best = start
         tick = 0
-        queue: list[tuple[tuple, int, MState]] = [(obj.key(start.peak, start.latency), tick, start)]
+        queue: list[tuple[tuple, int, MState]] = [(obj.key(start.metrics), tick, start)]
         records: list[Record] = []
         generated = deduplicated = filtered = 0
         stopped = "the queue is empty"
@@ -332,8 +340,8 @@ class MOptimizer:
                     break
                 try:
                     c = self.ev.evaluate(app)
-                except (ValueError, GraphError, KeyError, AssertionError):
-                    filtered += 1  # the rule does not apply here (SplitError is a ValueError)
+                except RuleNotApplicable:
+                    filtered += 1  # the rule does not apply here; anything else is a bug and propagates
                     continue
                 generated += 1
                 if c.hash in self.seen:
@@ -342,11 +350,11 @@ class MOptimizer:
                 self.seen.add(c.hash)
                 child = self.ev.child_state(c)
                 self._archive(child)
-                if obj.key(child.peak, child.latency) < obj.key(best.peak, best.latency):
+                if obj.key(child.metrics) < obj.key(best.metrics):
                     best = child
-                if obj.relaxed(child.peak, child.latency, best, self.delta):
+                if obj.relaxed(child.metrics, best.metrics, self.delta):
                     tick += 1
-                    heapq.heappush(queue, (obj.key(child.peak, child.latency), tick, child))
+                    heapq.heappush(queue, (obj.key(child.metrics), tick, child))
                 else:
                     filtered += 1
             rec = Record(time.perf_counter() - t0, it, best.peak, best.latency, generated, deduplicated, filtered,
@@ -440,7 +448,7 @@ class MOptimizer:
             for p in path[len(stack):]:
                 order = order[:p.lo] + list(p.window) + order[p.hi + 1:]
                 stack.append((p, order))
-            out[k] = Plan(method, s.applications(), list(order), s.peak, s.latency, labels[k], {"depth": s.depth})
+            out[k] = Plan(method, s.applications(), list(order), dict(s.metrics), labels[k], {"depth": s.depth})
         return out
 
 
@@ -484,7 +492,7 @@ the optimizer before the search starts (a caller that shows its archive while it
         # from the best state known under the limit: the warm start's end may break a latency
         # limit that the imported graph meets
         obj = Objective(mode, limit)
-        start = min([start, *m.archive], key=lambda s: obj.key(s.peak, s.latency))
+        start = min([start, *m.archive], key=lambda s: obj.key(s.metrics))
         res = m.search(mode, limit, left, progress, cancel, start=start)
         states = [res.best]
         labels = [f"memory limit {format_bytes(limit)}" if mode == "memory" else f"latency limit {limit * 1e3:.2f} ms"]

@@ -17,10 +17,17 @@ class MState:
     lo: int  # the parent's schedule positions lo..hi were replaced by ``window``
     hi: int
     window: tuple[int, ...]
-    peak: int  # simulated peak (bytes)
-    latency: float  # simulated latency (seconds)
+    metrics: dict[str, float]  # named metrics (``core.metrics``): peak (bytes), latency (s), host_bytes, ...
     hash: int  # canonical graph hash (``search.wl_hash``)
     depth: int = 0
+
+    @property
+    def peak(self) -> int:
+        return self.metrics["peak"]
+
+    @property
+    def latency(self) -> float:
+        return self.metrics["latency"]
 
     def path(self) -> list[MState]:
         """The states from the root's child down to this one."""
@@ -39,7 +46,7 @@ class MState:
         """Memory this state holds of its own (its parent and the graph are shared)."""
         import sys
 
-        own = sys.getsizeof(self) + sys.getsizeof(self.window) + 28 * len(self.window)
+        own = sys.getsizeof(self) + sys.getsizeof(self.window) + 28 * len(self.window) + sys.getsizeof(self.metrics)
         if self.app is not None:
             own += sys.getsizeof(self.app) + sys.getsizeof(self.app.params) + 28 * len(self.app.params)
         return own

@@ -26,6 +26,7 @@ from typing import Any
 
 from ..ir.graph import Graph
 from ..ir.io import atomic_write, inflate
+from ..metrics import METRICS, metrics
 from ..transform.registry import RULES, get_rule
 from ..transform.rule import Application
 from .wl_hash import graph_hash
@@ -43,21 +44,31 @@ class PlanError(ValueError):
 class Plan:
     """One point: a method's applications from the imported graph, its schedule, its simulation."""
 
-    method: str  # "magis", "eager", "sqrt_n", "dtr", "torch_mincut", "checkmate", ...
+    method: str  # a registered method's name (``search.methods``): "magis", "eager", "dtr", ...
     applications: list[Application]
     order: list[int]  # schedule of the transformed graph (node ids after replaying ``applications``)
-    peak: int  # simulated peak (bytes)
-    latency: float  # simulated latency (seconds)
+    metrics: dict[str, float]  # named metrics (``core.metrics``): peak (bytes) and latency (s) at least
     label: str = ""  # what distinguishes it among its method's points ("budget 0.5", "limit 8 GiB")
     stats: dict[str, Any] = field(default_factory=dict)  # method-specific (search time, states, ...)
+
+    @property
+    def peak(self) -> int:
+        """Simulated peak (bytes)."""
+        return int(self.metrics["peak"])
+
+    @property
+    def latency(self) -> float:
+        """Simulated latency (seconds)."""
+        return float(self.metrics["latency"])
 
     def graph(self, imported: Graph) -> Graph:
         """The plan's graph: a copy of ``imported`` with the applications replayed."""
         return replay(imported, self.applications)
 
     def to_dict(self) -> dict[str, Any]:
+        others = {k: v for k, v in self.metrics.items() if k not in ("peak", "latency")}
         return {"method": self.method, "label": self.label, "peak": int(self.peak),
-                "latency": float(self.latency),
+                "latency": float(self.latency), **({"metrics": others} if others else {}),
                 "applications": [[a.rule, *map(int, a.params)] for a in self.applications],
                 "order": [int(v) for v in self.order], "stats": self.stats}
 
@@ -213,7 +224,14 @@ def _point(p: Any, k: int) -> Plan:
     _need(isinstance(stats, dict), f"{w}: 'stats' is not an object")
     label = p.get("label", "")
     _need(isinstance(label, str), f"{w}: 'label' is not a string")
-    return Plan(p["method"], out, list(order), p["peak"], float(lat), label, stats)
+    others = p.get("metrics", {})
+    _need(isinstance(others, dict), f"{w}: 'metrics' is not an object")
+    for k, v in others.items():
+        _need(k in METRICS and k not in ("peak", "latency"),
+              f"{w}: unknown metric {str(k)[:40]!r} (known: {', '.join(METRICS)})")
+        _need(isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v >= 0,
+              f"{w}: metric {k!r} is not a non-negative number")
+    return Plan(p["method"], out, list(order), metrics(p["peak"], float(lat), **others), label, stats)
 
 
 def thin(points: Sequence[Plan], k: int) -> list[Plan]:

@@ -24,7 +24,8 @@ from ..ir.graph import (
     TRef,
     map_refs,
 )
-from .rule import Application, Rule, Where
+from .ftree_text import ftree_from_text
+from .rule import Application, Rule, RuleNotApplicable, RuleOption, Where
 
 
 def _part(t: TensorMeta, d: int | None, n: int) -> TensorMeta:
@@ -148,6 +149,14 @@ class Fission(Rule):
     """Fission(n, comp node, comp output, comp dim, *S): apply F-Trans (S, D, n)."""
 
     name = "fission"
+    family = "fission"
+    text = "F-Trans: split a sub-graph into parts along a dimension (Enable)"
+    option = RuleOption("--enable", "ID[:N]", "Enable: split F-Tree node ID (from `magis ftree`) into N parts "
+                        "(default: the smallest divisor); a leaf, or the parent of an enabled node (nested fission)")
+    needs_ftree = True
+
+    def from_text(self, g: Graph, text: str, *, where: Where | None = None, ftree=None) -> Application:
+        return ftree_from_text(self, g, text, ftree)
 
     def match(self, g: Graph, hot: Iterable[TRef] = (), where: Where | None = None) -> list[Application]:
         return []  # F-Trans applications come from the F-Tree (analysis.ftree), not from hot-spots
@@ -223,10 +232,10 @@ def defission(g: Graph, fid: int) -> list[int]:
     node = g.nodes[fid]
     spec = node.fission
     if node.kind != NodeKind.FISSION or spec is None:
-        raise ValueError(f"{node.name!r} is not a fission node")
+        raise RuleNotApplicable(f"{node.name!r} is not a fission node")
     o = spec.origin
     if o is None:
-        raise ValueError(f"{node.name!r} does not record the nodes it replaced")
+        raise RuleNotApplicable(f"{node.name!r} does not record the nodes it replaced")
     aux = set(o.aux)
     restored = {v.id for v in o.nodes}
     now = {r: c for r, c in zip(o.inputs, node.args, strict=False) if r.node not in restored and r != c}

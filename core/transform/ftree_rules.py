@@ -26,7 +26,8 @@ from ..analysis.dgraph import DGraph, SplitError, plan_split
 from ..analysis.ftree import FNode, FTree
 from ..ir.graph import Graph, NodeKind, TRef
 from .fission import Fission, apply_split, defission
-from .rule import Application, Rule, Where
+from .ftree_text import ftree_from_text
+from .rule import Application, Rule, RuleNotApplicable, RuleOption, Where
 
 
 def _refission(g: Graph, nodes: list[int], comp: tuple[int, int, int], n: int) -> int:
@@ -39,19 +40,19 @@ def _at(g: Graph, top: int, target: tuple[int, ...], change) -> list[int]:
     ``top``; returns the ids that replace ``top``."""
     node = g.nodes.get(top)
     if node is None or node.kind != NodeKind.FISSION:
-        raise ValueError(f"node {top} is not a fission node")
+        raise RuleNotApplicable(f"node {top} is not a fission node")
     spec = node.fission
     if _identity(spec) == target:
         return change(g, top)
     if spec.origin is None or spec.comp is None:
-        raise ValueError(f"{node.name!r} does not record the nodes it replaced")
+        raise RuleNotApplicable(f"{node.name!r} does not record the nodes it replaced")
     n, comp = spec.n, spec.comp
     inner = defission(g, top)
     size, low = target[3], target[4]
     child = next((v for v in inner if g.nodes[v].kind == NodeKind.FISSION
                   and low in g.nodes[v].fission.members and len(g.nodes[v].fission.members) >= size), None)
     if child is None:
-        raise ValueError(f"{node.name!r} has no enabled F-Tree node of size {size} inside")
+        raise RuleNotApplicable(f"{node.name!r} has no enabled F-Tree node of size {size} inside")
     nodes = [v for v in inner if v != child] + _at(g, child, target, change)
     return [_refission(g, nodes, comp, n)]
 
@@ -66,6 +67,13 @@ class Disable(Rule):
     descendants)."""
 
     name = "disable"
+    family = "fission"
+    text = "F-Tree Disable: undo a fission"
+    option = RuleOption("--disable", "ID", "Disable: take back enabled F-Tree node ID (one without enabled descendants)")
+    needs_ftree = True
+
+    def from_text(self, g: Graph, text: str, *, where: Where | None = None, ftree=None) -> Application:
+        return ftree_from_text(self, g, text, ftree)
 
     def match(self, g: Graph, hot: Iterable[TRef] = (), where: Where | None = None) -> list[Application]:
         return []  # applications come from FTreeMutations
@@ -77,7 +85,7 @@ class Disable(Rule):
 
 def _disable(g: Graph, fid: int) -> list[int]:
     if any(m.kind == NodeKind.FISSION for m in g.nodes[fid].fission.graph.ops()):
-        raise ValueError(f"{g.nodes[fid].name!r} has enabled descendants: disable them first")
+        raise RuleNotApplicable(f"{g.nodes[fid].name!r} has enabled descendants: disable them first")
     return defission(g, fid)
 
 
@@ -86,6 +94,13 @@ class Mutate(Rule):
     parts instead."""
 
     name = "mutate"
+    family = "fission"
+    text = "F-Tree Mutate: change the number of parts"
+    option = RuleOption("--mutate", "ID[:N]", "Mutate: split enabled F-Tree node ID into N parts instead (default: the next divisor)")
+    needs_ftree = True
+
+    def from_text(self, g: Graph, text: str, *, where: Where | None = None, ftree=None) -> Application:
+        return ftree_from_text(self, g, text, ftree)
 
     def match(self, g: Graph, hot: Iterable[TRef] = (), where: Where | None = None) -> list[Application]:
         return []
@@ -106,6 +121,13 @@ class Lift(Rule):
     parent F-Tree node, whose S is S' once F is taken back, at n."""
 
     name = "lift"
+    family = "fission"
+    text = "F-Tree Lift: widen an enabled fission to its parent region"
+    option = RuleOption("--lift", "ID", "Lift: disable enabled F-Tree node ID and enable its parent")
+    needs_ftree = True
+
+    def from_text(self, g: Graph, text: str, *, where: Where | None = None, ftree=None) -> Application:
+        return ftree_from_text(self, g, text, ftree)
 
     def match(self, g: Graph, hot: Iterable[TRef] = (), where: Where | None = None) -> list[Application]:
         return []
@@ -208,7 +230,7 @@ class FTreeMutations:
             for rule in ("fission", "disable", "mutate", "lift"):
                 try:
                     apps.append(self.application(g, rule, f.id, on=on))
-                except ValueError:
+                except RuleNotApplicable:
                     pass
         return apps
 
@@ -218,33 +240,33 @@ class FTreeMutations:
         ``fid`` in ``g`` (``n``: the fission number for Enable / Mutate, default the next divisor);
         ValueError saying why the rule does not apply."""
         if not 0 <= fid < len(self.ft.nodes):
-            raise ValueError(f"no F-Tree node {fid} (the tree has {len(self.ft.nodes)} nodes)")
+            raise RuleNotApplicable(f"no F-Tree node {fid} (the tree has {len(self.ft.nodes)} nodes)")
         f = self.ft.nodes[fid]
         on = self.enabled(g) if on is None else on
         e = on.get(fid)
         up_on = any(a in on for a in self._ancestors(f))
         if rule == "fission":
             if e is not None:
-                raise ValueError(f"F-Tree node {fid} is enabled already (n={e.n}); mutate it to change n")
+                raise RuleNotApplicable(f"F-Tree node {fid} is enabled already (n={e.n}); mutate it to change n")
             if up_on:
-                raise ValueError(f"F-Tree node {fid} lies inside an enabled node")
+                raise RuleNotApplicable(f"F-Tree node {fid} lies inside an enabled node")
             if f.children and not any(c in on for c in f.children):
-                raise ValueError(f"F-Tree node {fid} is neither a leaf nor the parent of an enabled node "
+                raise RuleNotApplicable(f"F-Tree node {fid} is neither a leaf nor the parent of an enabled node "
                                  f"(enable a leaf below it first)")
             nodes = self._current(g, f, on)
             comp = self._comp(g, f, nodes) if nodes else None
             if comp is None:
-                raise ValueError(f"F-Tree node {fid}: an enabled node or another rule cuts across its sub-graph")
+                raise RuleNotApplicable(f"F-Tree node {fid}: an enabled node or another rule cuts across its sub-graph")
             n = f.split.divisors()[0] if n is None else n
             if n < 2 or f.split.length % n:
-                raise ValueError(f"F-Tree node {fid}: n={n} does not divide its dimension of size {f.split.length}")
+                raise RuleNotApplicable(f"F-Tree node {fid}: n={n} does not divide its dimension of size {f.split.length}")
             return Fission.application(n, comp, nodes)
         if e is None:
-            raise ValueError(f"F-Tree node {fid} is not enabled")
+            raise RuleNotApplicable(f"F-Tree node {fid} is not enabled")
         target = _identity(self._spec(g, e))
         if rule == "disable":
             if not e.leaf:
-                raise ValueError(f"F-Tree node {fid} has enabled descendants: disable them first")
+                raise RuleNotApplicable(f"F-Tree node {fid} has enabled descendants: disable them first")
             return Application("disable", (e.top, *target))
         if rule == "mutate":
             o = g.nodes[e.top].fission.origin if not e.nested else None
@@ -252,24 +274,24 @@ class FTreeMutations:
             if n is None:
                 bigger = [k for k in range(e.n + 1, length + 1) if length % k == 0]
                 if not bigger:
-                    raise ValueError(f"F-Tree node {fid}: n={e.n} is the largest divisor of {length}")
+                    raise RuleNotApplicable(f"F-Tree node {fid}: n={e.n} is the largest divisor of {length}")
                 n = bigger[0]
             if n < 2 or n == e.n or length % n:
-                raise ValueError(f"F-Tree node {fid}: n={n} is not a new divisor of its dimension of size {length}")
+                raise RuleNotApplicable(f"F-Tree node {fid}: n={n} is not a new divisor of its dimension of size {length}")
             return Application("mutate", (e.top, *target, n))
         if rule == "lift":
             if up_on:
-                raise ValueError(f"F-Tree node {fid} lies inside an enabled node")
+                raise RuleNotApplicable(f"F-Tree node {fid} lies inside an enabled node")
             if f.parent is None:
-                raise ValueError(f"F-Tree node {fid} is a root: there is no parent to lift it to")
+                raise RuleNotApplicable(f"F-Tree node {fid} is a root: there is no parent to lift it to")
             p = self.ft.nodes[f.parent]
             nodes = self._current(g, p, on, without=fid)
             comp = self._comp(g, p, nodes) if nodes is not None else None
             if comp is None:
-                raise ValueError(f"F-Tree node {fid}: an enabled node or another rule cuts across its parent")
+                raise RuleNotApplicable(f"F-Tree node {fid}: an enabled node or another rule cuts across its parent")
             n = e.n if p.split.length % e.n == 0 else p.split.divisors()[0]
             return Application("lift", (e.top, n, *comp, *nodes))
-        raise ValueError(f"unknown F-Tree rule {rule!r} (fission, lift, disable, mutate)")
+        raise RuleNotApplicable(f"unknown F-Tree rule {rule!r} (fission, lift, disable, mutate)")
 
 
 class FTreeRule(Rule):
@@ -281,7 +303,6 @@ class FTreeRule(Rule):
 
     def __init__(self, ftree: FTree) -> None:
         self.mutations = FTreeMutations(ftree)
-        self.rules = {"fission": Fission(), "lift": Lift(), "disable": Disable(), "mutate": Mutate()}
 
     def match(self, g: Graph, hot: Iterable[TRef] = (), where: Where | None = None) -> list[Application]:
         return self.mutations.applications(g)

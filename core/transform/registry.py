@@ -1,5 +1,11 @@
-"""Every rule by name (``RULES``): the F-Tree, rematerialization and swapping families.  The list is
-explicit, like the scheduler registry; ``get_rule`` builds nothing, rules are stateless objects."""
+"""Every rule by name (``RULES``): the F-Tree, rematerialization and swapping families.
+
+The one list of rules.  A rule describes itself (``Rule.family``, ``text``, ``option``), and every
+table of rules is read from here when it is needed: the search's rule sets (``rules_of``), the
+app's graph marks and rule steps, ``magis transform``'s options, plan-file validation.  Adding a
+rule is its file plus one ``register_rule`` line.  Rules are stateless objects; ``get_rule`` builds
+nothing.
+"""
 
 from __future__ import annotations
 
@@ -9,11 +15,26 @@ from .remat import DeRemat, Remat, RematChain
 from .rule import Rule
 from .swap import DeSwap, Swap, SwapLate
 
-RULES: dict[str, Rule] = {r.name: r for r in (Fission(), Lift(), Disable(), Mutate(), Remat(), RematChain(),
-                                               DeRemat(), Swap(), SwapLate(), DeSwap())}
+RULES: dict[str, Rule] = {}
 
-# the rules whose children keep the schedule free of copies, evaluated exactly as deltas
-REMAT_RULES: dict[str, Rule] = {k: RULES[k] for k in ("remat", "remat_chain", "deremat")}
+
+def register_rule(rule: Rule) -> Rule:
+    """Add ``rule`` to the registry (ValueError if its name is taken or it says nothing of itself)."""
+    if not rule.name or rule.name in RULES:
+        raise ValueError(f"a rule needs a new name (got {rule.name!r})")
+    if not rule.family or not rule.text:
+        raise ValueError(f"rule {rule.name!r} needs a family and a text")
+    RULES[rule.name] = rule
+    return rule
+
+
+def unregister_rule(name: str) -> None:
+    RULES.pop(name, None)
+
+
+for _rule in (Fission(), Lift(), Disable(), Mutate(), Remat(), RematChain(), DeRemat(), Swap(), SwapLate(),
+              DeSwap()):
+    register_rule(_rule)
 
 
 def get_rule(name: str) -> Rule:
@@ -23,4 +44,21 @@ def get_rule(name: str) -> Rule:
     return RULES[name]
 
 
-__all__ = ["RULES", "REMAT_RULES", "get_rule"]
+def rules_of(*families: str) -> dict[str, Rule]:
+    """The rules of ``families``, in registry order."""
+    return {k: r for k, r in RULES.items() if r.family in families}
+
+
+def families() -> list[str]:
+    """The rule families, in registry order."""
+    return list(dict.fromkeys(r.family for r in RULES.values()))
+
+
+# the family whose children keep the schedule free of copies, evaluated exactly as deltas
+REMAT_FAMILY = "remat"
+# the families matched on the memory hot-spots (tensor rules) and the F-Tree's
+TENSOR_FAMILIES = ("remat", "swap")
+FTREE_FAMILY = "fission"
+
+__all__ = ["FTREE_FAMILY", "REMAT_FAMILY", "RULES", "TENSOR_FAMILIES", "families", "get_rule", "register_rule",
+           "rules_of", "unregister_rule"]

@@ -13,7 +13,8 @@ from collections.abc import Iterable, Mapping
 
 from ..ir import ops
 from ..ir.graph import Graph, NodeKind, TRef, copy_struct
-from .rule import Application, Rule, Where
+from .names import tensor_and_user
+from .rule import Application, Rule, RuleNotApplicable, RuleOption, Where
 
 
 def recomputable(g: Graph, nid: int, views: bool = True) -> bool:
@@ -41,6 +42,13 @@ class Remat(Rule):
     """Remat(A, B): B reads a recomputed copy of A's outputs instead of A's."""
 
     name = "remat"
+    family = "remat"
+    text = "Remat: a reader gets a recomputed copy of the tensor"
+    option = RuleOption("--remat", "TENSOR:USER", "USER reads a recomputed copy of TENSOR")
+
+    def from_text(self, g: Graph, text: str, *, where: Where | None = None, ftree=None) -> Application:
+        ref, b = tensor_and_user(g, text, self.option.flag)
+        return Application(self.name, (ref.node, b))  # the whole op is recomputed: every output USER reads
 
     def match(self, g: Graph, hot: Iterable[TRef], where: Where | None = None) -> list[Application]:
         apps: list[Application] = []
@@ -58,7 +66,7 @@ class Remat(Rule):
         a, b = app.params
         src = g.nodes[a]
         if b not in g.users(a):
-            raise ValueError(f"{g.nodes[b].name!r} does not read {src.name!r}")
+            raise RuleNotApplicable(f"{g.nodes[b].name!r} does not read {src.name!r}")
         dup = recomputed_copy(g, a)
         for j in range(len(src.outputs)):
             g.replace_input(b, TRef(a, j), TRef(dup.id, j))
@@ -99,6 +107,8 @@ class RematChain(Rule):
     ``CHAIN_OPS`` ops besides views; inputs of under 1/``CHAIN_SMALL`` of A's bytes are read as they are."""
 
     name = "remat_chain"
+    family = "remat"
+    text = "Remat chain: the readers after the peak get recomputed copies of the tensor and its inputs"
 
     def match(self, g: Graph, hot: Iterable[TRef], where: Where | None = None) -> list[Application]:
         if where is None or not where.peaks:
@@ -164,15 +174,15 @@ class RematChain(Rule):
         k = app.params[0]
         users, chain = app.params[1:k + 1], app.params[k + 1:]
         if k < 1 or not chain or set(users) & set(chain):
-            raise ValueError(f"{app}: needs readers and ops to recompute, apart")
+            raise RuleNotApplicable(f"{app}: needs readers and ops to recompute, apart")
         inside = set(chain)
         copies: dict[int, int] = {}
         for v in chain:
             if v not in g.nodes or not recomputable(g, v):
-                raise ValueError(f"{app}: node {v} cannot be recomputed")
+                raise RuleNotApplicable(f"{app}: node {v} cannot be recomputed")
             src = g.nodes[v]
             if any(p in inside and p not in copies for p in g.preds(v)):
-                raise ValueError(f"{app}: {src.name!r} comes before an op it reads")
+                raise RuleNotApplicable(f"{app}: {src.name!r} comes before an op it reads")
             dup = recomputed_copy(g, v)
             for p in g.preds(v):
                 if p in copies:
@@ -181,7 +191,7 @@ class RematChain(Rule):
             copies[v] = dup.id
         for b in users:
             if b not in g.nodes or not any(p in inside for p in g.preds(b)):
-                raise ValueError(f"{app}: node {b} reads none of the recomputed ops")
+                raise RuleNotApplicable(f"{app}: node {b} reads none of the recomputed ops")
             for p in g.preds(b):
                 if p in copies:
                     for j in range(len(g.nodes[p].outputs)):
@@ -194,6 +204,9 @@ class DeRemat(Rule):
     of copies is merged from its end."""
 
     name = "deremat"
+    family = "remat"
+    text = "De-remat: merge a recomputed copy back"
+    option = RuleOption("--deremat", "COPY", "merge a recomputed copy into its original")
 
     def match(self, g: Graph, hot: Iterable[TRef] = (), where: Where | None = None) -> list[Application]:
         ends = sorted(c for o in g.recomputed() for c in g.copies(o) if not g.copies(c))
@@ -203,9 +216,9 @@ class DeRemat(Rule):
         (c,) = app.params
         node = g.nodes[c]
         if node.recompute_of is None:
-            raise ValueError(f"{node.name!r} is not a recomputed copy")
+            raise RuleNotApplicable(f"{node.name!r} is not a recomputed copy")
         if g.copies(c):
-            raise ValueError(f"{node.name!r} is recomputed itself: merge the end of the chain first")
+            raise RuleNotApplicable(f"{node.name!r} is recomputed itself: merge the end of the chain first")
         for j in range(len(node.outputs)):
             g.replace_all_uses_with(TRef(c, j), TRef(node.recompute_of, j))
         stack = [c]

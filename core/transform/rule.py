@@ -7,6 +7,11 @@ journal it returns is the whole record of the change, ``inverse`` runs it backwa
 ``inverse(apply(G)) == G`` holds exactly (node order and id counter included).  Node ids created by
 an application depend only on the graph it was applied to, so a sequence of applications replays
 onto the imported graph identically -- a plan is that sequence.
+
+A rule describes itself (``family``, ``text``, ``option``): the registry (``transform.registry``)
+is the one list of rules, and every table of rules -- the search's rule sets, the app's marks and
+rule steps, the options of ``magis transform``, plan-file validation -- is derived from it.  A rule
+that does not apply raises ``RuleNotApplicable``; anything else it raises is a bug.
 """
 
 from __future__ import annotations
@@ -15,6 +20,7 @@ import bisect
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
+from ..errors import RuleNotApplicable
 from ..ir.graph import EditLog, Graph, TRef
 
 
@@ -44,10 +50,34 @@ class Where:
         return self.peaks[k] if k < len(self.peaks) and self.peaks[k] < hi else None
 
 
+@dataclass(frozen=True)
+class RuleOption:
+    """How ``magis transform`` takes one application of a rule by hand: ``--flag METAVAR``."""
+
+    flag: str  # "--remat"
+    metavar: str  # what the value names: "TENSOR:USER", "ID[:N]", "NODE"
+    help: str
+
+
 class Rule:
-    """Base class: subclasses implement ``match`` and ``edit`` (primitives only)."""
+    """Base class: subclasses implement ``match`` and ``edit`` (primitives only), and say what
+    they are: ``name`` (in applications and plan files), ``family`` (the graph marks and the
+    search's rule sets group rules by it: "fission", "remat", "swap", ...), ``text`` (one line on
+    what an application does) and ``option`` (``magis transform``'s option, or None)."""
 
     name = "rule"
+    family = ""
+    text = ""
+    option: RuleOption | None = None
+    needs_schedule = False  # naming an application by hand needs the schedule's peak steps (``where``)
+    needs_ftree = False  # naming an application by hand needs the graph's F-Tree
+
+    def from_text(self, g: Graph, text: str, *, where: Where | None = None, ftree=None) -> Application:
+        """The application that ``text`` names in ``g`` (``magis transform``); by default a node
+        name, the rule's one parameter.  ValueError naming what is expected."""
+        from .names import node_named
+
+        return Application(self.name, (node_named(g, text).id,))
 
     def match(self, g: Graph, hot: Iterable[TRef], where: Where | None = None) -> list[Application]:
         """Applications of this rule in ``g``, restricted to the memory hot-spot tensors ``hot``
@@ -72,3 +102,6 @@ class Rule:
 
     def inverse(self, g: Graph, log: EditLog) -> None:
         g.undo(log)
+
+
+__all__ = ["Application", "Rule", "RuleNotApplicable", "RuleOption", "Where"]

@@ -18,8 +18,9 @@ import copy
 from collections.abc import Iterable
 
 from ..ir.graph import Graph, NodeKind, TRef
+from .names import tensor_and_user, tensor_named
 from .remat import recomputed_copy, storage_readers
-from .rule import Application, Rule, Where
+from .rule import Application, Rule, RuleNotApplicable, RuleOption, Where
 
 
 def swappable(g: Graph, ref: TRef) -> bool:
@@ -56,6 +57,14 @@ class Swap(Rule):
     across that peak), and no swap of a tensor that no peak step finds alive between two readers."""
 
     name = "swap"
+    family = "swap"
+    text = "Swap: store the tensor to host memory, load it back before its reader"
+    option = RuleOption("--swap", "TENSOR:USER", "TENSOR is stored to the host after it is produced and loaded "
+                        "back for USER")
+
+    def from_text(self, g: Graph, text: str, *, where: Where | None = None, ftree=None) -> Application:
+        ref, b = tensor_and_user(g, text, self.option.flag)
+        return Application(self.name, (ref.node, ref.index, b))
 
     def match(self, g: Graph, hot: Iterable[TRef], where: Where | None = None) -> list[Application]:
         apps: list[Application] = []
@@ -76,10 +85,10 @@ class Swap(Rule):
         a, j, b = app.params
         ref = TRef(a, j)
         if not swappable(g, ref):
-            raise ValueError(f"output {j} of {g.nodes[a].name!r} cannot be swapped (a view, an input, "
+            raise RuleNotApplicable(f"output {j} of {g.nodes[a].name!r} cannot be swapped (a view, an input, "
                              f"a copy's output, or an empty tensor)")
         if b not in g.readers(ref) or not _user_ok(g, b):
-            raise ValueError(f"{g.nodes[b].name!r} is not a compute op reading {g.nodes[a].name!r}")
+            raise RuleNotApplicable(f"{g.nodes[b].name!r} is not a compute op reading {g.nodes[a].name!r}")
         src = g.nodes[a]
         meta = src.outputs[j]
         st = store_of(g, ref)
@@ -122,6 +131,18 @@ class SwapLate(Rule):
     its lifetime, all of them compute ops."""
 
     name = "swap_late"
+    family = "swap"
+    text = "Swap late: the readers after the peak read one copy loaded back from host memory"
+    option = RuleOption("--swap-late", "TENSOR", "every reader of TENSOR after the peak of the traced order reads "
+                        "one copy loaded back from host memory")
+    needs_schedule = True
+
+    def from_text(self, g: Graph, text: str, *, where: Where | None = None, ftree=None) -> Application:
+        apps = self.match(g, [tensor_named(g, text)], where) if where is not None else []
+        if not apps:
+            raise ValueError(f"{self.option.flag} {text!r}: no reader of it comes after a peak step it is alive "
+                             f"at (nothing to free), or it cannot be swapped")
+        return apps[0]
 
     def match(self, g: Graph, hot: Iterable[TRef], where: Where | None = None) -> list[Application]:
         if where is None or not where.peaks:
@@ -155,12 +176,12 @@ class SwapLate(Rule):
         users, remade = app.params[3:3 + k], app.params[3 + k:]
         ref = TRef(a, j)
         if a not in g.nodes or not late_swappable(g, ref):
-            raise ValueError(f"{app}: not a tensor that can be swapped")
+            raise RuleNotApplicable(f"{app}: not a tensor that can be swapped")
         readers, views = storage_readers(g, ref)
         if k < 1 or not set(users) <= readers or not set(remade) <= set(views) or set(users) & set(remade):
-            raise ValueError(f"{app}: the readers and views do not read {g.nodes[a].name!r}")
+            raise RuleNotApplicable(f"{app}: the readers and views do not read {g.nodes[a].name!r}")
         if not all(_user_ok(g, b) for b in users):
-            raise ValueError(f"{app}: a reader is not a compute op")
+            raise RuleNotApplicable(f"{app}: a reader is not a compute op")
         src = g.nodes[a]
         st = _host_copy(g, ref)
         if st is None:
@@ -176,7 +197,7 @@ class SwapLate(Rule):
         for v in remade:  # in schedule order: a view's base is made before it
             base = views[v]
             if base not in made:
-                raise ValueError(f"{app}: view {g.nodes[v].name!r} comes before its base")
+                raise RuleNotApplicable(f"{app}: view {g.nodes[v].name!r} comes before its base")
             dup = recomputed_copy(g, v)
             if base == a:
                 g.replace_input(dup.id, ref, TRef(load.id, 0))
@@ -202,6 +223,9 @@ class DeSwap(Rule):
     when no other LOAD reads it."""
 
     name = "deswap"
+    family = "swap"
+    text = "De-swap: keep the tensor on the device again"
+    option = RuleOption("--deswap", "LOAD", "take back a LOAD (and its STORE once unused)")
 
     def match(self, g: Graph, hot: Iterable[TRef] = (), where: Where | None = None) -> list[Application]:
         return [Application(self.name, (n.id,)) for n in g.nodes.values() if n.kind == NodeKind.LOAD
@@ -211,10 +235,10 @@ class DeSwap(Rule):
         (lid,) = app.params
         load = g.nodes[lid]
         if load.kind != NodeKind.LOAD:
-            raise ValueError(f"{load.name!r} is not a LOAD")
+            raise RuleNotApplicable(f"{load.name!r} is not a LOAD")
         st = g.nodes[load.inputs()[0].node]
         if st.kind != NodeKind.STORE:
-            raise ValueError(f"{load.name!r} does not load a stored tensor")
+            raise RuleNotApplicable(f"{load.name!r} does not load a stored tensor")
         src = st.inputs()[0]
         g.replace_all_uses_with(TRef(lid, 0), src)
         g.erase_node(lid)

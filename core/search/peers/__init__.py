@@ -9,12 +9,13 @@ exports and verifies like any plan:
 * ``checkmate`` -- Jain et al. MLSys'20, the optimal rematerialisation MILP (scipy's HiGHS);
 * ``torch_mincut`` -- AOTAutograd's min-cut partitioner run by torch on the joint graph.
 
-``PEERS[name].run(g, cost, time_budget=..., progress=..., **options) -> PeerRun``.
+Each is a ``base.Method``; the registry of every method, these included, is ``search.methods``:
+``METHODS[name].run(g, cost, time_budget=..., progress=..., **options) -> MethodRun``.
 """
 
 from __future__ import annotations
 
-from .base import Peer, PeerRun, eager_peak
+from .base import Method, MethodRun, Peer, PeerRun, eager_peak
 from .checkmate import Checkmate
 from .common import Failure
 from .dtr import DTR
@@ -22,13 +23,5 @@ from .eager import Eager
 from .sqrt_n import SqrtN
 from .torch_mincut import TorchMinCut
 
-PEERS: dict[str, Peer] = {p.name: p for p in (Eager(), SqrtN(), DTR(), Checkmate(), TorchMinCut())}
-
-
-def get_peer(name: str) -> Peer:
-    if name not in PEERS:
-        raise ValueError(f"unknown peer method {name!r}; known: {', '.join(PEERS)}")
-    return PEERS[name]
-
-
-__all__ = ["PEERS", "Failure", "Peer", "PeerRun", "eager_peak", "get_peer"]
+__all__ = ["DTR", "Checkmate", "Eager", "Failure", "Method", "MethodRun", "Peer", "PeerRun", "SqrtN", "TorchMinCut",
+           "eager_peak"]

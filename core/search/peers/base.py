@@ -1,5 +1,13 @@
-"""The one interface of the peer methods: ``Peer.run(g, cost, ...) -> PeerRun`` (its plans and
-the points it could not produce), ``Peer.plans(...)`` the plans alone."""
+"""The one interface of every method that produces plans (MAGIS's M-Optimizer, the peers, the
+baselines, the schedulers): ``Method.run(g, cost, ...) -> MethodRun`` (its plans and the points it
+could not produce).
+
+A method describes itself -- ``name`` (in plan files), ``label``, ``colour`` and ``symbol`` (the
+Pareto figure's legend and markers, the tables), ``family``, ``paper``, what it ``needs`` beyond the
+graph (``"model"``: the model's code, to trace again) and ``refuse`` (why it does not run on a graph,
+e.g. a size cap) -- and the registry (``search.methods``) is the one list of them: every table of
+methods in the app, the CLI, ``bench/`` and ``sample_graphs/`` is derived from it.
+"""
 
 from __future__ import annotations
 
@@ -17,32 +25,43 @@ Progress = Callable[[str], None]
 
 
 @dataclass
-class PeerRun:
+class MethodRun:
     """What one method produced on one graph."""
 
     method: str
     plans: list[Plan]
     failures: list[Failure] = field(default_factory=list)  # budgets infeasible, not solved in time, ...
     seconds: float = 0.0
+    extra: dict[str, Any] = field(default_factory=dict)  # a search's records and meta (MAGIS)
 
 
-class Peer:
-    """A peer method (one file each in this package).  Subclasses implement ``_run`` and say
-    what they are (``name``, ``paper``); keyword options are the method's own parameters."""
+class Method:
+    """A method (one file each).  Subclasses implement ``_run`` and say what they are; keyword
+    options are the method's own parameters."""
 
-    name = "peer"
+    name = "method"
+    label = ""  # legend and table name
+    colour = "#6b7280"
+    symbol = "circle"  # plotly marker symbol (``bench/plots`` maps it for matplotlib)
+    family = "peer"  # "magis" | "peer" | "baseline" | "scheduler"
     paper = ""
+    needs: tuple[str, ...] = ()  # "model": the model's code (``model=`` a workload built under fake tensors)
+
+    def refuse(self, g: Graph, cost: CostModel, **options: Any) -> str | None:
+        """Why the method is not run on ``g`` (a size cap, say), or None."""
+        return None
 
     def run(self, g: Graph, cost: CostModel | None = None, *, time_budget: float = 60.0,
-            progress: Progress | None = None, **options: Any) -> PeerRun:
+            progress: Progress | None = None, **options: Any) -> MethodRun:
         t0 = time.perf_counter()
         cost = cost or AnalyticCost("rtx3090")
         say = progress or (lambda _m: None)
-        plans, failures = self._run(g, cost, time_budget=time_budget, progress=say, **options)
+        out = self._run(g, cost, time_budget=time_budget, progress=say, **options)
+        plans, failures, extra = out if len(out) == 3 else (*out, {})
         dt = time.perf_counter() - t0
         for p in plans:
             p.stats.setdefault("seconds", round(dt / max(len(plans), 1), 3))
-        return PeerRun(self.name, plans, failures, dt)
+        return MethodRun(self.name, plans, failures, dt, extra)
 
     def plans(self, g: Graph, cost: CostModel | None = None, *, time_budget: float = 60.0,
               progress: Progress | None = None, **options: Any) -> list[Plan]:
@@ -53,6 +72,10 @@ class Peer:
         raise NotImplementedError
 
 
+Peer = Method  # the peers' base: a method of family "peer"
+PeerRun = MethodRun
+
+
 def eager_peak(g: Graph, cost: CostModel) -> int:
     """The simulated peak of ``g`` in the traced order (what budgets are fractions of)."""
     from ...simulate import simulate
@@ -61,4 +84,4 @@ def eager_peak(g: Graph, cost: CostModel) -> int:
     return simulate(g, traced_order(g), cost).peak
 
 
-__all__ = ["Peer", "PeerRun", "Progress", "eager_peak"]
+__all__ = ["Method", "MethodRun", "Peer", "PeerRun", "Progress", "eager_peak"]

@@ -37,6 +37,17 @@ from .base import Peer, eager_peak
 from .common import Failure, Inst, RematDecision, candidates, make_plan, realise, traced_order
 
 BUDGETS = (0.95, 0.9, 0.8, 0.7)
+# the MILP is O(n^2) in variables, built in Python: bert_base's 1.5 M R/S variables (3.2 M in all)
+# took about a minute and 8.4 GB to formulate.  Larger problems are not attempted.
+MAX_VARS = 2_000_000
+BYTES_PER_VAR = 5.6e3
+
+
+def size(g, cost) -> int:
+    """Checkmate's R and S variables for ``g`` (the MILP has about as many again for frees and memory)."""
+    p = problem(g, cost)
+    s = sum(p.need[(i, j)] - i for i in range(len(p.ids)) for j in range(len(p.outs[i])))
+    return s + sum(p.need_op[i] - i for i in p.cand)
 
 
 Val = tuple[int, int]  # (op index, output index): one output tensor
@@ -357,10 +368,27 @@ def decision(p: Problem, chosen: set[tuple[int, int]]) -> RematDecision:
 
 class Checkmate(Peer):
     name = "checkmate"
+    label = "Checkmate"
+    colour = "#dc2626"
+    symbol = "star"
+    family = "peer"
     paper = "Jain et al. 2020, Checkmate: Breaking the Memory Wall with Optimal Tensor Rematerialization (MLSys)"
 
-    def _run(self, g, cost, *, time_budget, progress, budgets=BUDGETS, time_limit=60.0, **_):
+    def refuse(self, g, cost, *, max_vars: int = MAX_VARS, max_nodes: int | None = None, **_) -> str | None:
+        """Too large to formulate: more than ``max_vars`` R/S variables (or ``max_nodes`` nodes)."""
+        if max_nodes is not None and len(g) > max_nodes:
+            return f"not attempted on {len(g)} nodes (> {max_nodes}; its MILP is quadratic in the ops)"
+        n = size(g, cost)
+        if n > max_vars:
+            return (f"not attempted: {n / 1e6:.1f} M R/S variables (> {max_vars / 1e6:g} M; about "
+                    f"{n * BYTES_PER_VAR / 1e9:.0f} GB to formulate)")
+        return None
+
+    def _run(self, g, cost, *, time_budget, progress, budgets=BUDGETS, time_limit=None, max_vars=None,
+             max_nodes=None, **_):
+        """``time_limit``: seconds per MILP (default: an equal share of ``time_budget`` per budget)."""
         t0 = time.perf_counter()
+        time_limit = time_limit or time_budget / len(budgets)
         base = eager_peak(g, cost)
         p = problem(g, cost)
         plans, failures = [], []
@@ -387,4 +415,4 @@ class Checkmate(Peer):
         return plans, failures
 
 
-__all__ = ["BUDGETS", "Checkmate", "Problem", "Solution", "decision", "formulate", "problem", "solve"]
+__all__ = ["BUDGETS", "MAX_VARS", "Checkmate", "size", "Problem", "Solution", "decision", "formulate", "problem", "solve"]

@@ -337,8 +337,7 @@ def _pull(g: Graph, anchors: list[int]) -> list[int]:
 def make_plan(method: str, label: str, r: Realised, cost: CostModel, **stats: Any) -> Plan:
     """A Plan of realised decision ``r``, simulated on ``cost``."""
     sim = simulate(r.graph, r.order, cost)
-    return Plan(method, list(r.applications), list(r.order), int(sim.peak), float(sim.latency), label,
-                {**r.stats, **stats})
+    return Plan(method, list(r.applications), list(r.order), sim.metrics(), label, {**r.stats, **stats})
 
 
 @dataclass

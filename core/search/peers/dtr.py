@@ -197,6 +197,10 @@ class DTRSim:
 
 class DTR(Peer):
     name = "dtr"
+    label = "DTR"
+    colour = "#f97316"
+    symbol = "diamond"
+    family = "peer"
     paper = "Kirisame et al. 2021, Dynamic Tensor Rematerialization (ICLR 2021)"
 
     def _run(self, g, cost, *, time_budget, progress, budgets=BUDGETS, thrash=10.0, **_):

@@ -11,9 +11,13 @@ from .common import traced_order
 
 class Eager(Peer):
     name = "eager"
+    label = "PyTorch eager"
+    colour = "#111827"
+    symbol = "x"
+    family = "baseline"
     paper = "PyTorch eager execution (the traced order)"
 
     def _run(self, g, cost, *, time_budget, progress, **options):
         order = traced_order(g)
         sim = simulate(g, order, cost)
-        return [Plan(self.name, [], order, int(sim.peak), float(sim.latency), "traced order")], []
+        return [Plan(self.name, [], order, sim.metrics(), "traced order")], []

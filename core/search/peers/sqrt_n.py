@@ -93,6 +93,10 @@ def checkpoints(g: Graph, k: int, window: float = 0.5) -> tuple[set[int], list[i
 
 class SqrtN(Peer):
     name = "sqrt_n"
+    label = "sqrt(n) checkpointing"
+    colour = "#0ea5e9"
+    symbol = "square"
+    family = "peer"
     paper = "Chen et al. 2016, Training Deep Nets with Sublinear Memory Cost (arXiv:1604.06174)"
 
     def _run(self, g, cost, *, time_budget, progress, segments=None, window=0.5, **_):

@@ -108,12 +108,20 @@ def _names(gm) -> tuple[set[str], list[str]]:
 
 class TorchMinCut(Peer):
     name = "torch_mincut"
+    label = "torch min-cut"
+    colour = "#16a34a"
+    symbol = "triangle-up"
+    family = "peer"
+    needs = ("model",)
     paper = "PyTorch AOTAutograd min_cut_rematerialization_partition (activation_memory_budget)"
 
-    def _run(self, g, cost, *, time_budget, progress, workload=None, budgets=BUDGETS, solver="dp",
+    def _run(self, g, cost, *, time_budget, progress, model=None, budgets=BUDGETS, solver="dp",
              cse=False, **_):
-        if workload is None:
-            raise ValueError("torch_mincut needs the workload the graph was captured from (module, inputs, loss_fn)")
+        """``model``: the workload the graph was captured from (module, inputs, loss_fn), built under
+        fake tensors (``frontend.workload.build_fake``)."""
+        if model is None:
+            raise ValueError("torch_mincut needs the model the graph was captured from (module, inputs, loss_fn)")
+        workload = model
         t0 = time.perf_counter()
         by_name = {n.name: n.id for n in g.ops()}
         fwd = forward_ops(g)
