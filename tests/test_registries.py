@@ -130,3 +130,22 @@ def test_a_faulty_rule_makes_the_search_fail_loudly_and_a_refusal_does_not():
         unregister_rule("faulty")
     assert get_rule("remat") and "faulty" not in RULES
     assert not isinstance(KeyError(), GraphError)
+
+
+def test_a_frontier_over_any_two_named_metrics():
+    """By hand: four plans; over (peak, latency) the host-heavy swap plan is on the frontier, over
+    (peak, host_bytes) the plan that swaps nothing at the same peak wins, and over all three the
+    non-dominated set is the union's survivors."""
+    from core.metrics import metrics
+    from core.search.pareto import front_of, non_dominated
+    from core.search.plan import Plan
+
+    def p(label, peak, latency, host):
+        return Plan("x", [], [], metrics(peak, latency, host_bytes=host), label)
+
+    pts = [p("eager", 100, 1.0, 0), p("remat", 60, 1.3, 0), p("swap", 60, 1.1, 40), p("both", 50, 1.4, 40)]
+    assert [x.label for x in front_of(pts)] == ["both", "swap", "eager"]
+    assert [x.label for x in front_of(pts, ("peak", "host_bytes"))] == ["both", "remat"]
+    three = non_dominated(pts, lambda x: (x.peak, x.latency, x.metrics["host_bytes"]))
+    assert [x.label for x in three] == ["both", "swap", "remat", "eager"]
+    assert [x.label for x in front_of(pts, ("latency", "peak"))] == ["eager", "swap", "both"]

@@ -43,6 +43,12 @@ def non_dominated(items: Iterable[T], values: Callable[[T], Sequence[float]], *,
     return out
 
 
+def front_of(items: Iterable[T], names: Sequence[str] = FRONT) -> list[T]:
+    """The frontier of items that carry named metrics (plans, states) over the metrics ``names``
+    (any registered ones, e.g. ("peak", "host_bytes")), ascending."""
+    return non_dominated(items, lambda x: vector(x.metrics, names))
+
+
 class ParetoArchive(Generic[T]):
     """The non-dominated items seen so far, kept incrementally (the M-Optimizer's archive): an item
     enters unless one already there weakly dominates it (the first of equal points stays), and
@@ -70,4 +76,4 @@ class ParetoArchive(Generic[T]):
         return len(self.items)
 
 
-__all__ = ["FRONT", "ParetoArchive", "dominates", "non_dominated", "vector"]
+__all__ = ["FRONT", "ParetoArchive", "dominates", "front_of", "non_dominated", "vector"]
