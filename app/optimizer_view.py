@@ -21,7 +21,8 @@ from core.search.plan import PlanError
 from . import figures
 from .panels import _card
 from .plans import Frontier, PointView
-from .state import AppError, AppState
+from .state import AppError, AppState, decode_upload
+from .tables import table
 
 log = logging.getLogger("magis.app")
 METHOD_STYLE = {  # method -> (label, colour, marker symbol)
@@ -240,8 +241,6 @@ def plan_bar(init: dict | None = None) -> html.Section:
 
 
 def pareto_tab(init: dict | None = None) -> dcc.Tab:
-    from .layout import _table
-
     init = init or {}
     return dcc.Tab(html.Div([
         html.Div([
@@ -294,12 +293,12 @@ def pareto_tab(init: dict | None = None) -> dcc.Tab:
             html.Div([html.H3("Hot-spots of the selected plan"),
                       html.Span(f"the {HOT_ROWS} largest tensors alive at the plan's peak", className="muted hint")],
                      className="panel-head"),
-            _table(id="plan-hotspots", columns=[{"name": n, "id": c} for c, n in figures.HOTSPOT_COLUMNS],
-                   data=[], sort_action="native", page_action="native", page_size=10,
-                   style_table={"overflowX": "auto"},
-                   style_cell={"fontFamily": "inherit", "fontSize": 12, "padding": "3px 8px", "textAlign": "left",
-                               "maxWidth": 360, "whiteSpace": "normal", "wordBreak": "break-word"},
-                   style_header={"fontWeight": 600, "backgroundColor": "#f3f4f6"}),
+            table(id="plan-hotspots", columns=[{"name": n, "id": c} for c, n in figures.HOTSPOT_COLUMNS],
+                  data=[], sort_action="native", page_action="native", page_size=10,
+                  style_table={"overflowX": "auto"},
+                  style_cell={"fontFamily": "inherit", "fontSize": 12, "padding": "3px 8px", "textAlign": "left",
+                              "maxWidth": 360, "whiteSpace": "normal", "wordBreak": "break-word"},
+                  style_header={"fontWeight": 600, "backgroundColor": "#f3f4f6"}),
         ], className="panel"),
     ], className="tab-body"), label="Pareto frontier", value="pareto")
 
@@ -522,8 +521,6 @@ def register(app: Dash, state: AppState, guarded, show_message) -> None:
     def on_plan_upload(contents, filename, gid):
         if not contents:
             raise PreventUpdate
-        from .state import decode_upload
-
         name = filename or "plan file"
         try:
             f = plans.load_upload(gid, decode_upload(contents), name)

@@ -24,12 +24,14 @@ from typing import Any
 import numpy as np
 
 from core.analysis.lifetimes import Storage
-from core.cost import AnalyticCost
+from core.cost import DEFAULT_DEVICE, AnalyticCost
 from core.ir.graph import Graph, NodeKind
 from core.search.plan import Plan, PlanError, PlanFile, check_order, load_plans, plans_from_bytes, replay
 from core.simulate import SimResult, simulate
 from core.transform.registry import RULES, get_rule
 from core.transform.rule import Application
+
+from .errors import wait_result
 
 log = logging.getLogger("magis.app")
 MAX_VIEWS = 48  # point views kept in memory (all graphs together)
@@ -307,8 +309,6 @@ class PlanStore:
         from core.search.peers import PEERS
         from core.search.wl_hash import graph_hash
 
-        from .state import DEFAULT_DEVICE
-
         run = PEERS["eager"].run(g, AnalyticCost(DEFAULT_DEVICE))
         pf = PlanFile(g.name, graph_hash(g), DEFAULT_DEVICE, list(run.plans))
         return Frontier(gid, pf, "not optimized yet")
@@ -347,8 +347,6 @@ class PlanStore:
 
     @staticmethod
     def _result(fut: Future, wait: float | None):
-        from .state import wait_result
-
         return wait_result(fut, wait, "building the plan failed", keep=(PlanError,))
 
     def view(self, gid: str, k: int, wait: float | None = None) -> PointView | None:
