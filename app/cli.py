@@ -304,16 +304,17 @@ def cmd_optimize(a: argparse.Namespace) -> dict[str, Any]:
     """``magis optimize``: the M-Optimizer's search; progress on stderr, Ctrl-C keeps the best found."""
     import signal
 
-    from core.search.moptimizer import optimize, parse_memory_limit, resolve_memory_limit
+    from core.search.limits import MemoryLimit
+    from core.search.moptimizer import optimize
     from core.search.plan import save_plans
 
-    g = load_graph(a.file)
     memory = None
     if a.memory_limit is not None:
         try:
-            memory = parse_memory_limit(a.memory_limit)
+            memory = MemoryLimit.parse(a.memory_limit)
         except ValueError as e:
             raise ValueError(f"--memory-limit {e}") from None
+    g = load_graph(a.file)
     if a.latency_limit is not None and not a.latency_limit >= 1.0:
         raise ValueError(f"--latency-limit {a.latency_limit}: a factor of the imported latency, at least 1")
     if a.time_budget <= 0:
@@ -352,7 +353,7 @@ def cmd_optimize(a: argparse.Namespace) -> dict[str, Any]:
                   f"latency {r['latency_seconds'] * 1e3:.2f} ms ({r['latency_ratio']:.3f}x)  "
                   f"{r['applications']} rule applications  {r['label']}")
     if memory is not None:
-        limit = resolve_memory_limit(memory, base.peak)
+        limit = pf.meta["limit_bytes"]
         if pf.points[0].peak > limit:
             raise ValueError(f"no plan reaches the memory limit {format_bytes(limit)}: the best peak found is "
                              f"{format_bytes(pf.points[0].peak)} ({rows[0]['peak_ratio']:.3f}x); its plan is in "
@@ -539,7 +540,9 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("file", metavar="FILE", help="a graph file, or a sample name (its committed graph)")
     lim = s.add_mutually_exclusive_group(required=True)
     lim.add_argument("--memory-limit", metavar="SIZE|FRACTION",
-                     help="least latency with a peak at most SIZE (8GiB, 512MiB) or FRACTION (<= 1) of the imported peak")
+                     help="least latency with a peak at most SIZE (with a unit: 8GiB, 512MiB, 4096B) or "
+                          "FRACTION (0 < FRACTION <= 1) of the imported peak; a bare number above 1 is "
+                          "refused")
     lim.add_argument("--latency-limit", type=float, metavar="FACTOR",
                      help="least memory with a latency at most FACTOR times the imported one (e.g. 1.1)")
     lim.add_argument("--pareto", action="store_true", help="the memory/latency frontier (a sweep of memory limits)")
@@ -561,8 +564,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="graph files or sample names (their committed graphs), comma-separated or as "
                         "separate arguments")
     s.add_argument("--memory-limits", action="append", metavar="LIMIT[,LIMIT...]",
-                   help="memory limits: a SIZE (8GiB, 512MiB) or a FRACTION (<= 1) of each graph's own eager "
-                        "peak, or `pareto` for a frontier run (repeatable)")
+                   help="memory limits: a SIZE with a unit (8GiB, 512MiB, 4096B) or a FRACTION "
+                        "(0 < FRACTION <= 1) of each graph's own eager peak, or `pareto` for a frontier run "
+                        "(repeatable)")
     s.add_argument("--pareto", action="store_true", help="also a frontier run per workload and device")
     s.add_argument("--devices", action="append", metavar="NAME[,NAME...]",
                    help=f"device profiles for the latency estimate: {_names(DEVICES)} (default: {DEFAULT_DEVICE})")

@@ -355,6 +355,24 @@ MARK_PLAN = """function(marks, _els, _tab, table) {
 }"""
 
 
+def fit_point(f: Frontier, text: str) -> int:
+    """The fastest point of the frontier's slider whose peak is within the memory limit ``text``
+    (``MemoryLimit.parse``: a size such as 8GiB, or a fraction of the baseline's peak); AppError with a
+    one-line message otherwise."""
+    from core.search.limits import MemoryLimit
+
+    try:
+        limit = MemoryLimit.parse(text).bytes(f.points[f.baseline()].peak)
+    except ValueError as e:
+        raise AppError(f"fit in {e}") from None
+    ok = [k for k in f.slider() if f.points[k].peak <= limit]
+    if not ok:
+        low = min(f.points[k].peak for k in f.slider())
+        raise AppError(f"no plan on the frontier has a peak under {format_bytes(limit)} (the lowest is "
+                       f"{format_bytes(low)}): run the optimizer longer, or accept more memory")
+    return min(ok, key=lambda k: (f.points[k].latency, f.points[k].peak))
+
+
 # ---- callbacks -------------------------------------------------------------------------------------
 def register(app: Dash, state: AppState, guarded, show_message) -> None:
     plans = state.plans
@@ -379,20 +397,6 @@ def register(app: Dash, state: AppState, guarded, show_message) -> None:
             return no_update, no_update, no_update, no_update, value, \
                 {"gid": gid, "version": f.version, "key": key}, no_update
         return s, s["min"], s["max"], s["marks"], value, {"gid": gid, "version": f.version, "key": key}, src
-
-    def fit_point(f: Frontier, text: str) -> int:
-        from core.search.moptimizer import parse_memory_limit, resolve_memory_limit
-
-        try:
-            limit = resolve_memory_limit(parse_memory_limit(text.strip()), f.points[f.baseline()].peak)
-        except ValueError as e:
-            raise AppError(f"fit in {text!r}: {e}") from None
-        ok = [k for k in f.slider() if f.points[k].peak <= limit]
-        if not ok:
-            low = min(f.points[k].peak for k in f.slider())
-            raise AppError(f"no plan on the frontier has a peak under {format_bytes(limit)} (the lowest is "
-                           f"{format_bytes(low)}): run the optimizer longer, or accept more memory")
-        return min(ok, key=lambda k: (f.points[k].latency, f.points[k].peak))
 
     app.clientside_callback(SLIDER_TO_PLAN, Output("plan", "data", allow_duplicate=True),
                             Input("plan-slider", "value"), State("plan-points", "data"), State("plan", "data"),
@@ -535,4 +539,4 @@ def register(app: Dash, state: AppState, guarded, show_message) -> None:
         return {"gid": gid, "version": f.version}, None
 
 
-__all__ = ["pareto_figure", "pareto_tab", "plan_bar", "plan_cards", "register", "slider_of"]
+__all__ = ["fit_point", "pareto_figure", "pareto_tab", "plan_bar", "plan_cards", "register", "slider_of"]

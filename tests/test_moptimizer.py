@@ -107,6 +107,8 @@ def test_plan_files_round_trip_and_belong_to_their_graph(tmp_path):
     g, _ = mlp()
     pf = optimize(g, memory_limit=0.8, time_budget=8, warm=0)
     assert [p.method for p in pf.points] == ["magis", "eager"] and pf.records
+    # the limit as given and the bytes it resolved to (0.8 of the imported peak, rounded down)
+    assert (pf.meta["limit"], pf.meta["limit_bytes"]) == ("0.8", int(0.8 * pf.points[-1].peak))
     path = save_plans(pf, tmp_path / "p.json.gz")
     back = load_plans(path, g)
     assert back.to_dict() == json.loads(json.dumps(pf.to_dict()))
@@ -116,6 +118,25 @@ def test_plan_files_round_trip_and_belong_to_their_graph(tmp_path):
     other.nodes[next(iter(other.nodes))].outputs[0].shape = (8, 5)
     with pytest.raises(PlanError, match="not for"):
         load_plans(path, other)
+
+
+@pytest.mark.parametrize("limit, words", [
+    (1.5, "a fraction of the peak must be at most 1; for a size give units, e.g. 1.5GiB"),
+    ("4096", "for a size give units, e.g. 4096B"),
+    ("0", "above 0"),
+])
+def test_optimize_refuses_a_bare_number_above_1_before_searching(limit, words):
+    g, _ = mlp()
+    with pytest.raises(ValueError, match=words.replace(".", r"\.")):
+        optimize(g, memory_limit=limit, time_budget=60)
+
+
+def test_a_size_limit_is_the_bytes_themselves():
+    g, _ = mlp()
+    pf = optimize(g, memory_limit="1GiB", time_budget=1, warm=0)
+    assert (pf.meta["mode"], pf.meta["limit"], pf.meta["limit_bytes"]) == ("memory", "1GiB", 1 << 30)
+    assert pf.points[0].label == "memory limit 1.00 GiB"
+    assert optimize(g, latency_limit=1.1, time_budget=1, warm=0).meta["limit_bytes"] is None
 
 
 @pytest.mark.parametrize("edit, words", [

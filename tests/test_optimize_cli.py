@@ -9,8 +9,10 @@ import pytest
 import torch
 
 from app.cli import main
+from core.fmt import format_bytes
 from core.search.moptimizer import optimize
-from core.search.plan import check_order
+from core.search.plan import check_order, load_plans
+from sample_graphs.store import load_sample_graph
 from tests.workload_cases import TINY, Case
 
 
@@ -31,6 +33,9 @@ def test_optimize_export_and_verify_a_plan(tmp_path, capsys):
 @pytest.mark.parametrize("args, words", [
     (["bert_tiny", "--memory-limit", "1KiB"], "no plan reaches the memory limit 1.00 KiB: the best peak found is"),
     (["bert_tiny", "--memory-limit", "lots"], "is not a size"),
+    (["bert_tiny", "--memory-limit", "1.5"],
+     "--memory-limit '1.5' is not a memory limit: a fraction of the peak must be at most 1; for a size give "
+     "units, e.g. 1.5GiB"),
     (["bert_tiny", "--latency-limit", "0.5"], "at least 1"),
 ])
 def test_bad_optimize_requests_are_one_line(tmp_path, capsys, args, words):
@@ -38,6 +43,27 @@ def test_bad_optimize_requests_are_one_line(tmp_path, capsys, args, words):
     err = capsys.readouterr().err.strip().splitlines()
     assert err[-1].startswith("magis: error:") and words in err[-1]
     assert not any("Traceback" in line for line in err)
+    if "is not" in words:  # refused before any search: nothing written
+        assert not (tmp_path / "p.json").exists()
+
+
+@pytest.mark.parametrize("limit, resolve", [("0.5", lambda eager: int(0.5 * eager)),
+                                            ("8GiB", lambda eager: 8 << 30)])
+def test_the_plan_file_records_the_limit_as_given_and_the_bytes_used(tmp_path, capsys, limit, resolve):
+    """A fraction resolves against the imported (eager) peak, a size is itself; the plan file's meta
+    keeps both, and the command's verdict ("no plan reaches ...", exit status 2) uses those bytes."""
+    out = tmp_path / "p.json"
+    rc = main(["optimize", "fig2_skip", "--memory-limit", limit, "--time-budget", "1", "-o", str(out),
+               "--json"])
+    cap = capsys.readouterr()
+    pf = load_plans(out, load_sample_graph("fig2_skip"))
+    meta, eager = pf.meta, pf.points[-1].peak
+    assert (meta["mode"], meta["limit"], meta["limit_bytes"]) == ("memory", limit, resolve(eager))
+    assert json.loads(cap.out)["meta"] == meta
+    reached = pf.points[0].peak <= meta["limit_bytes"]
+    assert rc == (0 if reached else 2)
+    if not reached:
+        assert f"no plan reaches the memory limit {format_bytes(meta['limit_bytes'])}" in cap.err
 
 
 def test_an_unwritable_plan_path_is_one_line(tmp_path, capsys):
