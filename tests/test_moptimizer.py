@@ -147,6 +147,8 @@ def test_a_size_limit_is_the_bytes_themselves():
     (lambda d: d["points"][0].update(peak=-1), "'peak' is not a byte count"),
     (lambda d: d["points"][0].update(order="x"), "'order' is not a list of node ids"),
     (lambda d: d.update(points={}), "'points' is not a list"),
+    (lambda d: d.update(device="v100"), "plan file: unknown device 'v100' (known: rtx3090, a100-80gb"),
+    (lambda d: d.update(device=7), "plan file: 'device' is not a string"),
 ])
 def test_bad_plan_files_are_one_line(edit, words):
     g, _ = mlp()
@@ -157,6 +159,14 @@ def test_bad_plan_files_are_one_line(edit, words):
     assert words in str(e.value) and "\n" not in str(e.value)
     with pytest.raises(PlanError, match="not a MAGIS plan file"):
         plans_from_bytes(b"\x00garbage")
+
+
+def test_a_plan_file_without_a_device_is_for_the_default_one():
+    g, _ = mlp()
+    d = optimize(g, memory_limit=0.9, time_budget=1, warm=0, device="a100-80gb").to_dict()
+    assert plans_from_bytes(json.dumps(d).encode()).device == "a100-80gb"
+    del d["device"]
+    assert plans_from_bytes(json.dumps(d).encode()).device == "rtx3090"
 
 
 def test_a_plan_that_does_not_replay_names_its_step():
