@@ -155,13 +155,26 @@ def cmd_schedule(a: argparse.Namespace) -> dict[str, Any]:
 
 
 def _plan_graph(g, plan_file: Path, point: int | None):
-    """The graph and schedule of point ``point`` of a plan file made for ``g`` (PlanError: one line)."""
+    """The graph, the plan and the device profile of point ``point`` of a plan file made for ``g``
+    (PlanError: one line)."""
     from core.search.plan import check_order, load_plans
 
-    plan = load_plans(plan_file, g).point(point)
+    pf = load_plans(plan_file, g)
+    plan = pf.point(point)
     h = plan.graph(g)
     check_order(h, plan.order)
-    return h, plan
+    return h, plan, pf.device
+
+
+def _cost(a: argparse.Namespace, plan_device: str | None = None):
+    """The analytic cost model of ``--device`` when given (it wins), else of the device the plan file
+    was made for, else of the default device."""
+    from core.cost import DEFAULT_DEVICE, AnalyticCost
+
+    try:
+        return AnalyticCost(a.device or plan_device or DEFAULT_DEVICE)
+    except ValueError as e:
+        raise ValueError(f"--device: {e}") from None
 
 
 def cmd_export(a: argparse.Namespace) -> dict[str, Any]:
@@ -170,17 +183,21 @@ def cmd_export(a: argparse.Namespace) -> dict[str, Any]:
     from core.schedule import get_scheduler
     from core.simulate import simulate
 
+    if a.device is not None:
+        _cost(a)  # an unknown --device is refused before any work
     g = load_graph(a.file)
+    plan_device = None
     if a.plan is not None:
-        g, plan = _plan_graph(g, a.plan, a.point)
+        g, plan, plan_device = _plan_graph(g, a.plan, a.point)
         order, name = plan.order, f"plan {plan.method} {plan.label}".strip()
-        peak = simulate(g, order).peak
     else:
-        s = get_scheduler(a.schedule).run(g)
-        order, name, peak = s.order, a.schedule, s.peak
-    path = export_script(g, order, a.output, schedule_name=name)
+        order, name = get_scheduler(a.schedule).run(g).order, a.schedule
+    cost = _cost(a, plan_device)
+    sim = simulate(g, order, cost)  # the script's release points and its header's numbers
+    path = export_script(g, order, a.output, schedule_name=name, cost=cost, sim=sim)
     res = {"output": str(path), "bytes": Path(path).stat().st_size, "ops": len(order),
-           "simulated_peak_bytes": peak}
+           "device": cost.device.name, "simulated_peak_bytes": sim.peak,
+           "simulated_latency_seconds": sim.latency}
     print(json.dumps(res) if a.json else f"wrote {path} ({res['bytes']} bytes, {len(order)} ops)")
     return res
 
@@ -284,17 +301,21 @@ def cmd_ftree(a: argparse.Namespace) -> dict[str, Any]:
 def cmd_verify(a: argparse.Namespace) -> dict[str, Any]:
     """``magis verify``: eager PyTorch vs the exported script of a model spec (or of a graph file
     of it, or of a plan for it)."""
+    if a.device is not None:
+        _cost(a)  # an unknown --device is refused before any work
     graph = load_graph(a.graph) if a.graph else None
     kwargs: dict[str, Any] = {}
+    plan_device = None
     if a.plan is not None:
         from core.search.plan import PlanError
 
         base = graph if graph is not None else load_graph(a.spec)
         try:
-            graph, plan = _plan_graph(base, a.plan, a.point)
+            graph, plan, plan_device = _plan_graph(base, a.plan, a.point)
         except PlanError as e:
             raise ValueError(str(e)) from None
         kwargs = {"order": plan.order, "schedule": f"plan {plan.method}"}
+    kwargs["cost"] = _cost(a, plan_device)
     res = verify_spec(a.spec, **({"schedule": a.schedule} | kwargs), seed=a.seed, graph=graph)
     print(json.dumps(res, indent=1))
     return res
@@ -475,8 +496,16 @@ def _names(names: Any) -> str:
 
 
 def _plan_options(s: argparse.ArgumentParser, what: str) -> None:
+    """--plan, --point and --device (which defaults to the plan file's device) of export and verify."""
+    from core.cost.devices import DEFAULT_DEVICE, DEVICES
+
     s.add_argument("--plan", type=Path, default=None, metavar="PLAN", help=what)
     s.add_argument("--point", type=int, default=None, metavar="K", help="which point of the plan file (default: 0)")
+    s.add_argument("--device", default=None, metavar="NAME",
+                   help=f"device profile of the simulation that places the script's releases of swapped "
+                        f"tensors and gives its simulated peak and latency: {_names(DEVICES)}. Default: the "
+                        f"device the --plan file was made for, else {DEFAULT_DEVICE}; --device wins over the "
+                        f"plan file's")
 
 
 def build_parser() -> argparse.ArgumentParser:

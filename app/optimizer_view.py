@@ -137,7 +137,7 @@ def plan_cards(f: Frontier, key: int, v: PointView | None, device: str) -> list:
         _card("plan peak", format_bytes(p.peak), f"{p.peak / base.peak:.3f}x eager · {fits}",
               id_="plan-peak", kind="peak"),
         _card("plan latency", figures.fmt_seconds(p.latency),
-              f"{(p.latency / base.latency - 1) * 100:+.1f}% vs eager", id_="plan-latency"),
+              f"{(p.latency / base.latency - 1) * 100:+.1f}% vs eager · {device}", id_="plan-latency"),
         _card("transformations", f"{len(p.applications)} steps", what, id_="plan-counts"),
     ]
 

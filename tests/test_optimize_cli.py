@@ -99,3 +99,100 @@ def test_tiny_workloads_optimised_at_three_memory_limits_verify(name):
         got.append((limit, round(plan.peak / pf.points[-1].peak, 3), round(plan.latency / pf.points[-1].latency, 3),
                     len(plan.applications), res["peak_ratio"]))
     print(f"\n{name}: (limit, peak ratio, latency ratio, applications, measured/simulated) {got}")
+
+
+SWAP_MODEL = '''
+import torch
+from torch import nn
+
+N = 1024
+
+
+class Workload:
+    """sin(x) is read only at the end; six matmuls in between take longer on an RTX 3090 than on an
+    A100, so a swap of sin(x) finishes its store after a different number of steps on each."""
+
+    def __init__(self):
+        torch.manual_seed(0)
+        self.module = Model()
+        self.inputs = (torch.randn(N, N),)
+
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.w = nn.Parameter(torch.randn(N, N) / N**0.5)
+
+    def forward(self, x):
+        a = torch.sin(x)
+        b = x
+        for _ in range(6):
+            b = torch.mm(b, self.w)
+        c = torch.cat([b, b, b, b]).sum(0, keepdim=True)
+        return c + a.sum()
+
+
+def build():
+    return Workload()
+'''
+
+
+def test_export_and_verify_simulate_on_the_plan_files_device(tmp_path, capsys):
+    """A swap plan made for a100-80gb: ``magis export --plan`` writes a script whose header (and
+    release points) are the simulation on a100-80gb -- not on the default rtx3090, whose peak and
+    latency differ for this plan -- ``--device`` overrides the plan file's device, and ``magis verify
+    --plan`` compares the measured peak with the a100-80gb simulation."""
+    from core.codegen.verify import load_script
+    from core.cost import AnalyticCost
+    from core.ir import io
+    from core.ir.graph import NodeKind
+    from core.schedule import get_scheduler
+    from core.search.plan import Plan, PlanFile, save_plans
+    from core.search.wl_hash import graph_hash
+    from core.simulate import simulate
+    from core.transform.registry import RULES
+    from core.transform.rule import Application
+
+    (tmp_path / "swapdemo.py").write_text(SWAP_MODEL)
+    spec, gfile = f"{tmp_path / 'swapdemo.py'}:build", tmp_path / "g.json.gz"
+    assert main(["import", spec, "--forward", "-o", str(gfile)]) == 0
+    g = io.load(gfile)
+    order = get_scheduler("traced").run(g).order
+    sin, read = (next(v for v in order if g[v].name == name) for name in ("sin", "sum_2"))
+    app = Application("swap", (sin, 0, read))
+    h = g.copy()
+    added = RULES["swap"].apply(h, app).added()
+    (store,), (load,) = ([v for v in added if h.nodes[v].kind == k] for k in (NodeKind.STORE, NodeKind.LOAD))
+    o = list(order)
+    o.insert(o.index(sin) + 1, store)
+    o.insert(o.index(read), load)
+    sims = {d: simulate(h, o, AnalyticCost(d)) for d in ("a100-80gb", "rtx3090")}
+    a100, rtx = sims["a100-80gb"], sims["rtx3090"]
+    assert a100.peak != rtx.peak and a100.latency != rtx.latency and a100.copy_done != rtx.copy_done
+    base = simulate(g, order, AnalyticCost("a100-80gb"))
+    plan = tmp_path / "p.json"
+    save_plans(PlanFile(g.name, graph_hash(g), "a100-80gb", [
+        Plan("magis", [app], o, a100.peak, a100.latency, "swap sin"),
+        Plan("eager", [], order, base.peak, base.latency, "traced order")]), plan)
+    capsys.readouterr()
+
+    for extra, want, device in (([], a100, "a100-80gb"), (["--device", "rtx3090"], rtx, "rtx3090")):
+        script = tmp_path / f"s_{device}.py"
+        assert main(["export", str(gfile), "--plan", str(plan), "-o", str(script), "--json", *extra]) == 0
+        res = json.loads(capsys.readouterr().out)
+        meta = load_script(script).META
+        header = (meta["simulated_device"], meta["simulated_peak_bytes"], meta["simulated_latency_seconds"])
+        assert header == (device, want.peak, want.latency)
+        assert (res["device"], res["simulated_peak_bytes"], res["simulated_latency_seconds"]) == (
+            device, want.peak, want.latency)
+        assert f"Simulated on {device}: peak {format_bytes(want.peak)}" in script.read_text()
+
+    assert main(["verify", spec, "--graph", str(gfile), "--plan", str(plan)]) == 0
+    v = json.loads(capsys.readouterr().out)
+    assert v["simulated_device"] == "a100-80gb" and v["simulated_peak_bytes"] == a100.peak
+    assert v["ok"] and v["measured_peak_bytes"] == a100.peak
+
+    bad = tmp_path / "x.py"
+    assert main(["export", str(gfile), "--plan", str(plan), "-o", str(bad), "--device", "v100"]) == 2
+    assert "--device: unknown device 'v100'" in capsys.readouterr().err
+    assert not bad.exists()
