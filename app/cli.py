@@ -33,7 +33,7 @@ from core.fmt import format_bytes, terminal_safe
 from core.ir import io
 from core.ir.graph import GraphError
 
-from .specs import capture_spec, load_graph, verify_spec
+from .specs import capture_spec, load_graph, sweep_workload, verify_spec
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # samples are built from configs, never downloaded
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
@@ -411,8 +411,6 @@ def cmd_sweep(a: argparse.Namespace) -> dict[str, Any]:
 
     from core.cost.devices import DEFAULT_DEVICE, get_device
     from core.search.sweep import PARETO, LocalRunner, RayRunner, SweepError, parse_limit, run_sweep
-
-    from .specs import sweep_workload
 
     texts = list(dict.fromkeys(_split(a.memory_limits) + ([PARETO] if a.pareto else [])))
     if not texts:
