@@ -15,7 +15,7 @@ from core.cost import DEFAULT_DEVICE, DEVICES
 from core.fmt import format_bytes
 from core.ir.graph import GraphError
 
-from . import cyto, figures, panels
+from . import cyto, export_view, figures, ftree_view, optimizer_view, panels, steps_view, swaps_view
 from .modtree import Path
 from .state import AppError, AppState
 
@@ -270,8 +270,6 @@ def first_render(state: AppState, gid: str, device: str = DEFAULT_DEVICE, sched:
     fig, key, pending, failed = memory_of(state, gid, device, sched, compare, xmode)
     dom_els, dom_layout, dom_info = domtree_of(state, view, None, None, hot)
     graph_els, graph_layout = graph_of(state, view, None, hot, heat, None)
-    from . import optimizer_view
-
     try:
         plan_bar = optimizer_view.initial(state, gid)
     except Exception as e:  # noqa: BLE001 -- the plan bar's callbacks will say what is wrong
@@ -289,8 +287,6 @@ def first_render(state: AppState, gid: str, device: str = DEFAULT_DEVICE, sched:
 
 
 def register(app: Dash, state: AppState) -> None:
-    from . import export_view, ftree_view, optimizer_view, steps_view, swaps_view
-
     for view in (optimizer_view, steps_view, swaps_view, export_view, ftree_view):
         view.register(app, state, guarded, show_message)
     # ---- model picker & upload --------------------------------------------------------------------

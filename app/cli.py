@@ -33,7 +33,7 @@ from core.fmt import format_bytes, terminal_safe
 from core.ir import io
 from core.ir.graph import GraphError
 
-from .specs import capture_spec, load_graph, verify_spec
+from .specs import capture_spec, load_graph, sweep_workload, verify_spec
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # samples are built from configs, never downloaded
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
@@ -155,13 +155,26 @@ def cmd_schedule(a: argparse.Namespace) -> dict[str, Any]:
 
 
 def _plan_graph(g, plan_file: Path, point: int | None):
-    """The graph and schedule of point ``point`` of a plan file made for ``g`` (PlanError: one line)."""
+    """The graph, the plan and the device profile of point ``point`` of a plan file made for ``g``
+    (PlanError: one line)."""
     from core.search.plan import check_order, load_plans
 
-    plan = load_plans(plan_file, g).point(point)
+    pf = load_plans(plan_file, g)
+    plan = pf.point(point)
     h = plan.graph(g)
     check_order(h, plan.order)
-    return h, plan
+    return h, plan, pf.device
+
+
+def _cost(a: argparse.Namespace, plan_device: str | None = None):
+    """The analytic cost model of ``--device`` when given (it wins), else of the device the plan file
+    was made for, else of the default device."""
+    from core.cost import DEFAULT_DEVICE, AnalyticCost
+
+    try:
+        return AnalyticCost(a.device or plan_device or DEFAULT_DEVICE)
+    except ValueError as e:
+        raise ValueError(f"--device: {e}") from None
 
 
 def cmd_export(a: argparse.Namespace) -> dict[str, Any]:
@@ -170,17 +183,21 @@ def cmd_export(a: argparse.Namespace) -> dict[str, Any]:
     from core.schedule import get_scheduler
     from core.simulate import simulate
 
+    if a.device is not None:
+        _cost(a)  # an unknown --device is refused before any work
     g = load_graph(a.file)
+    plan_device = None
     if a.plan is not None:
-        g, plan = _plan_graph(g, a.plan, a.point)
+        g, plan, plan_device = _plan_graph(g, a.plan, a.point)
         order, name = plan.order, f"plan {plan.method} {plan.label}".strip()
-        peak = simulate(g, order).peak
     else:
-        s = get_scheduler(a.schedule).run(g)
-        order, name, peak = s.order, a.schedule, s.peak
-    path = export_script(g, order, a.output, schedule_name=name)
+        order, name = get_scheduler(a.schedule).run(g).order, a.schedule
+    cost = _cost(a, plan_device)
+    sim = simulate(g, order, cost)  # the script's release points and its header's numbers
+    path = export_script(g, order, a.output, schedule_name=name, cost=cost, sim=sim)
     res = {"output": str(path), "bytes": Path(path).stat().st_size, "ops": len(order),
-           "simulated_peak_bytes": peak}
+           "device": cost.device.name, "simulated_peak_bytes": sim.peak,
+           "simulated_latency_seconds": sim.latency}
     print(json.dumps(res) if a.json else f"wrote {path} ({res['bytes']} bytes, {len(order)} ops)")
     return res
 
@@ -278,17 +295,21 @@ def cmd_ftree(a: argparse.Namespace) -> dict[str, Any]:
 def cmd_verify(a: argparse.Namespace) -> dict[str, Any]:
     """``magis verify``: eager PyTorch vs the exported script of a model spec (or of a graph file
     of it, or of a plan for it)."""
+    if a.device is not None:
+        _cost(a)  # an unknown --device is refused before any work
     graph = load_graph(a.graph) if a.graph else None
     kwargs: dict[str, Any] = {}
+    plan_device = None
     if a.plan is not None:
         from core.search.plan import PlanError
 
         base = graph if graph is not None else load_graph(a.spec)
         try:
-            graph, plan = _plan_graph(base, a.plan, a.point)
+            graph, plan, plan_device = _plan_graph(base, a.plan, a.point)
         except PlanError as e:
             raise ValueError(str(e)) from None
         kwargs = {"order": plan.order, "schedule": f"plan {plan.method}"}
+    kwargs["cost"] = _cost(a, plan_device)
     res = verify_spec(a.spec, **({"schedule": a.schedule} | kwargs), seed=a.seed, graph=graph)
     print(json.dumps(res, indent=1))
     return res
@@ -298,16 +319,17 @@ def cmd_optimize(a: argparse.Namespace) -> dict[str, Any]:
     """``magis optimize``: the M-Optimizer's search; progress on stderr, Ctrl-C keeps the best found."""
     import signal
 
-    from core.search.moptimizer import optimize, parse_memory_limit, resolve_memory_limit
+    from core.search.limits import MemoryLimit
+    from core.search.moptimizer import optimize
     from core.search.plan import save_plans
 
-    g = load_graph(a.file)
     memory = None
     if a.memory_limit is not None:
         try:
-            memory = parse_memory_limit(a.memory_limit)
+            memory = MemoryLimit.parse(a.memory_limit)
         except ValueError as e:
             raise ValueError(f"--memory-limit {e}") from None
+    g = load_graph(a.file)
     if a.latency_limit is not None and not a.latency_limit >= 1.0:
         raise ValueError(f"--latency-limit {a.latency_limit}: a factor of the imported latency, at least 1")
     if a.time_budget <= 0:
@@ -346,7 +368,7 @@ def cmd_optimize(a: argparse.Namespace) -> dict[str, Any]:
                   f"latency {r['latency_seconds'] * 1e3:.2f} ms ({r['latency_ratio']:.3f}x)  "
                   f"{r['applications']} rule applications  {r['label']}")
     if memory is not None:
-        limit = resolve_memory_limit(memory, base.peak)
+        limit = pf.meta["limit_bytes"]
         if pf.points[0].peak > limit:
             raise ValueError(f"no plan reaches the memory limit {format_bytes(limit)}: the best peak found is "
                              f"{format_bytes(pf.points[0].peak)} ({rows[0]['peak_ratio']:.3f}x); its plan is in "
@@ -383,8 +405,6 @@ def cmd_sweep(a: argparse.Namespace) -> dict[str, Any]:
 
     from core.cost.devices import DEFAULT_DEVICE, get_device
     from core.search.sweep import PARETO, LocalRunner, RayRunner, SweepError, parse_limit, run_sweep
-
-    from .specs import sweep_workload
 
     texts = list(dict.fromkeys(_split(a.memory_limits) + ([PARETO] if a.pareto else [])))
     if not texts:
@@ -468,8 +488,16 @@ def _names(names: Any) -> str:
 
 
 def _plan_options(s: argparse.ArgumentParser, what: str) -> None:
+    """--plan, --point and --device (which defaults to the plan file's device) of export and verify."""
+    from core.cost.devices import DEFAULT_DEVICE, DEVICES
+
     s.add_argument("--plan", type=Path, default=None, metavar="PLAN", help=what)
     s.add_argument("--point", type=int, default=None, metavar="K", help="which point of the plan file (default: 0)")
+    s.add_argument("--device", default=None, metavar="NAME",
+                   help=f"device profile of the simulation that places the script's releases of swapped "
+                        f"tensors and gives its simulated peak and latency: {_names(DEVICES)}. Default: the "
+                        f"device the --plan file was made for, else {DEFAULT_DEVICE}; --device wins over the "
+                        f"plan file's")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -533,7 +561,9 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("file", metavar="FILE", help="a graph file, or a sample name (its committed graph)")
     lim = s.add_mutually_exclusive_group(required=True)
     lim.add_argument("--memory-limit", metavar="SIZE|FRACTION",
-                     help="least latency with a peak at most SIZE (8GiB, 512MiB) or FRACTION (<= 1) of the imported peak")
+                     help="least latency with a peak at most SIZE (with a unit: 8GiB, 512MiB, 4096B) or "
+                          "FRACTION (0 < FRACTION <= 1) of the imported peak; a bare number above 1 is "
+                          "refused")
     lim.add_argument("--latency-limit", type=float, metavar="FACTOR",
                      help="least memory with a latency at most FACTOR times the imported one (e.g. 1.1)")
     lim.add_argument("--pareto", action="store_true", help="the memory/latency frontier (a sweep of memory limits)")
@@ -555,8 +585,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="graph files or sample names (their committed graphs), comma-separated or as "
                         "separate arguments")
     s.add_argument("--memory-limits", action="append", metavar="LIMIT[,LIMIT...]",
-                   help="memory limits: a SIZE (8GiB, 512MiB) or a FRACTION (<= 1) of each graph's own eager "
-                        "peak, or `pareto` for a frontier run (repeatable)")
+                   help="memory limits: a SIZE with a unit (8GiB, 512MiB, 4096B) or a FRACTION "
+                        "(0 < FRACTION <= 1) of each graph's own eager peak, or `pareto` for a frontier run "
+                        "(repeatable)")
     s.add_argument("--pareto", action="store_true", help="also a frontier run per workload and device")
     s.add_argument("--devices", action="append", metavar="NAME[,NAME...]",
                    help=f"device profiles for the latency estimate: {_names(DEVICES)} (default: {DEFAULT_DEVICE})")

@@ -133,7 +133,9 @@ def verify_outcome(res: dict) -> tuple[bool, list[str]]:
     if "measured_peak_bytes" in res and "simulated_peak_bytes" in res:
         m, s = res["measured_peak_bytes"], res["simulated_peak_bytes"]
         ratio = res.get("peak_ratio")
+        dev = res.get("simulated_device")
         lines.append(f"peak memory: measured {format_bytes(m)} vs simulated {format_bytes(s)}"
+                     + (f" on {dev}" if dev else "")
                      + (f" (ratio {ratio:.4f})" if isinstance(ratio, (int, float)) else ""))
     if res.get("missing_reference"):
         lines.append(f"no eager reference for {', '.join(map(str, res['missing_reference'][:5]))}")

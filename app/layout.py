@@ -5,19 +5,19 @@ show the plan it selects."""
 
 from __future__ import annotations
 
-import warnings
-
 import dash_cytoscape as cyto
-from dash import dash_table, dcc, html
+from dash import dcc, html
 from dash.dash_table.Format import Format
 
 from core.cost import DEFAULT_DEVICE, DEVICES
 
-from . import optimizer_view
+from . import export_view, optimizer_view, steps_view, swaps_view
 from .cyto import DOM_LAYOUT, LAYOUT, ftree_stylesheet, stylesheet
 from .figures import HOTSPOT_COLUMNS
+from .ftree_view import CANDIDATE_TEXT, ENABLED_TEXT, FTREE_LAYOUT, ftree_hint
 from .panels import details_hint
 from .state import AppState
+from .tables import table
 
 
 def header(state: AppState, initial: str) -> html.Header:
@@ -72,8 +72,6 @@ def graph_panel(init: dict) -> html.Section:
 
 def side_panel(init: dict) -> html.Section:
     """The dominator tree or (toggle in the head) the F-Tree, above the details of what is picked."""
-    from .ftree_view import CANDIDATE_TEXT, ENABLED_TEXT, FTREE_LAYOUT, ftree_hint
-
     return html.Section([
         html.Div([dcc.RadioItems(id="side-view", value="domtree", inline=True, className="side-view", options=[
                       {"label": "dominator tree", "value": "domtree"}, {"label": "F-Tree", "value": "ftree"}])],
@@ -153,7 +151,7 @@ def hotspot_panel(init: dict) -> html.Section:
                   dcc.Checklist(id="hot-resident", options=[{"label": "include inputs & weights",
                                                              "value": "resident"}], value=[], inline=True)],
                  className="panel-head"),
-        _table(
+        table(
             id="hotspots", columns=cols, data=init.get("hotspots", []), sort_action="native", filter_action="native",
             page_action="native", page_size=12, sort_by=[{"column_id": "bytes", "direction": "desc"}],
             style_table={"overflowX": "auto"}, cell_selectable=True,
@@ -167,14 +165,6 @@ def hotspot_panel(init: dict) -> html.Section:
     ], className="panel hot-panel")
 
 
-def _table(**kw) -> dash_table.DataTable:
-    # DataTable is deprecated in favour of dash-ag-grid (not a dependency here); it works in dash 4
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message=r"\s*The dash_table.DataTable will be removed",
-                                category=DeprecationWarning)
-        return dash_table.DataTable(**kw)
-
-
 def analysis_tab(schedules: list[str], init: dict) -> html.Div:
     return html.Div([
         html.Div([graph_panel(init), side_panel(init)], className="row-graph"),
@@ -186,8 +176,6 @@ def analysis_tab(schedules: list[str], init: dict) -> html.Div:
 def workspace_tabs(schedules: list[str], init: dict) -> list[dcc.Tab]:
     """The workspace panels, one tab each: the memory analysis of the imported graph, then the
     optimizer's views of the plan selected in the plan bar."""
-    from . import export_view, optimizer_view, steps_view, swaps_view
-
     return [dcc.Tab(analysis_tab(schedules, init), label="Memory analysis", value="analysis"),
             optimizer_view.pareto_tab(init), steps_view.tab(), swaps_view.tab(), export_view.tab()]
 

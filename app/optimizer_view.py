@@ -22,7 +22,8 @@ from core.search.plan import PlanError
 from . import figures
 from .panels import _card
 from .plans import Frontier, PointView
-from .state import AppError, AppState
+from .state import AppError, AppState, decode_upload
+from .tables import table
 
 log = logging.getLogger("magis.app")
 OPT_BUDGETS = [10, 30, 60, 120]
@@ -130,7 +131,7 @@ def plan_cards(f: Frontier, key: int, v: PointView | None, device: str) -> list:
         _card("plan peak", format_bytes(p.peak), f"{p.peak / base.peak:.3f}x eager · {fits}",
               id_="plan-peak", kind="peak"),
         _card("plan latency", figures.fmt_seconds(p.latency),
-              f"{(p.latency / base.latency - 1) * 100:+.1f}% vs eager", id_="plan-latency"),
+              f"{(p.latency / base.latency - 1) * 100:+.1f}% vs eager · {device}", id_="plan-latency"),
         _card("transformations", f"{len(p.applications)} steps", what, id_="plan-counts"),
     ]
 
@@ -234,8 +235,6 @@ def plan_bar(init: dict | None = None) -> html.Section:
 
 
 def pareto_tab(init: dict | None = None) -> dcc.Tab:
-    from .layout import _table
-
     init = init or {}
     return dcc.Tab(html.Div([
         html.Div([
@@ -288,12 +287,12 @@ def pareto_tab(init: dict | None = None) -> dcc.Tab:
             html.Div([html.H3("Hot-spots of the selected plan"),
                       html.Span(f"the {HOT_ROWS} largest tensors alive at the plan's peak", className="muted hint")],
                      className="panel-head"),
-            _table(id="plan-hotspots", columns=[{"name": n, "id": c} for c, n in figures.HOTSPOT_COLUMNS],
-                   data=[], sort_action="native", page_action="native", page_size=10,
-                   style_table={"overflowX": "auto"},
-                   style_cell={"fontFamily": "inherit", "fontSize": 12, "padding": "3px 8px", "textAlign": "left",
-                               "maxWidth": 360, "whiteSpace": "normal", "wordBreak": "break-word"},
-                   style_header={"fontWeight": 600, "backgroundColor": "#f3f4f6"}),
+            table(id="plan-hotspots", columns=[{"name": n, "id": c} for c, n in figures.HOTSPOT_COLUMNS],
+                  data=[], sort_action="native", page_action="native", page_size=10,
+                  style_table={"overflowX": "auto"},
+                  style_cell={"fontFamily": "inherit", "fontSize": 12, "padding": "3px 8px", "textAlign": "left",
+                              "maxWidth": 360, "whiteSpace": "normal", "wordBreak": "break-word"},
+                  style_header={"fontWeight": 600, "backgroundColor": "#f3f4f6"}),
         ], className="panel"),
     ], className="tab-body"), label="Pareto frontier", value="pareto")
 
@@ -350,6 +349,24 @@ MARK_PLAN = """function(marks, _els, _tab, table) {
 }"""
 
 
+def fit_point(f: Frontier, text: str) -> int:
+    """The fastest point of the frontier's slider whose peak is within the memory limit ``text``
+    (``MemoryLimit.parse``: a size such as 8GiB, or a fraction of the baseline's peak); AppError with a
+    one-line message otherwise."""
+    from core.search.limits import MemoryLimit
+
+    try:
+        limit = MemoryLimit.parse(text).bytes(f.points[f.baseline()].peak)
+    except ValueError as e:
+        raise AppError(f"fit in {e}") from None
+    ok = [k for k in f.slider() if f.points[k].peak <= limit]
+    if not ok:
+        low = min(f.points[k].peak for k in f.slider())
+        raise AppError(f"no plan on the frontier has a peak under {format_bytes(limit)} (the lowest is "
+                       f"{format_bytes(low)}): run the optimizer longer, or accept more memory")
+    return min(ok, key=lambda k: (f.points[k].latency, f.points[k].peak))
+
+
 # ---- callbacks -------------------------------------------------------------------------------------
 def register(app: Dash, state: AppState, guarded, show_message) -> None:
     plans = state.plans
@@ -374,20 +391,6 @@ def register(app: Dash, state: AppState, guarded, show_message) -> None:
             return no_update, no_update, no_update, no_update, value, \
                 {"gid": gid, "version": f.version, "key": key}, no_update
         return s, s["min"], s["max"], s["marks"], value, {"gid": gid, "version": f.version, "key": key}, src
-
-    def fit_point(f: Frontier, text: str) -> int:
-        from core.search.moptimizer import parse_memory_limit, resolve_memory_limit
-
-        try:
-            limit = resolve_memory_limit(parse_memory_limit(text.strip()), f.points[f.baseline()].peak)
-        except ValueError as e:
-            raise AppError(f"fit in {text!r}: {e}") from None
-        ok = [k for k in f.slider() if f.points[k].peak <= limit]
-        if not ok:
-            low = min(f.points[k].peak for k in f.slider())
-            raise AppError(f"no plan on the frontier has a peak under {format_bytes(limit)} (the lowest is "
-                           f"{format_bytes(low)}): run the optimizer longer, or accept more memory")
-        return min(ok, key=lambda k: (f.points[k].latency, f.points[k].peak))
 
     app.clientside_callback(SLIDER_TO_PLAN, Output("plan", "data", allow_duplicate=True),
                             Input("plan-slider", "value"), State("plan-points", "data"), State("plan", "data"),
@@ -516,8 +519,6 @@ def register(app: Dash, state: AppState, guarded, show_message) -> None:
     def on_plan_upload(contents, filename, gid):
         if not contents:
             raise PreventUpdate
-        from .state import decode_upload
-
         name = filename or "plan file"
         try:
             f = plans.load_upload(gid, decode_upload(contents), name)
@@ -532,4 +533,4 @@ def register(app: Dash, state: AppState, guarded, show_message) -> None:
         return {"gid": gid, "version": f.version}, None
 
 
-__all__ = ["pareto_figure", "pareto_tab", "plan_bar", "plan_cards", "register", "slider_of"]
+__all__ = ["fit_point", "pareto_figure", "pareto_tab", "plan_bar", "plan_cards", "register", "slider_of"]

@@ -24,13 +24,15 @@ from typing import Any
 import numpy as np
 
 from core.analysis.lifetimes import Storage
-from core.cost import AnalyticCost
+from core.cost import DEFAULT_DEVICE, AnalyticCost
 from core.ir.graph import Graph, NodeKind
 from core.search.pareto import FRONT, non_dominated, vector
 from core.search.plan import Plan, PlanError, PlanFile, check_order, load_plans, plans_from_bytes, replay
 from core.simulate import SimResult, simulate
 from core.transform.registry import RULES, families, get_rule
 from core.transform.rule import Application
+
+from .errors import wait_result
 
 log = logging.getLogger("magis.app")
 MAX_VIEWS = 48  # point views kept in memory (all graphs together)
@@ -289,8 +291,6 @@ class PlanStore:
         from core.search.methods import METHODS
         from core.search.wl_hash import graph_hash
 
-        from .state import DEFAULT_DEVICE
-
         run = METHODS["eager"].run(g, AnalyticCost(DEFAULT_DEVICE))
         pf = PlanFile(g.name, graph_hash(g), DEFAULT_DEVICE, list(run.plans))
         return Frontier(gid, pf, "not optimized yet")
@@ -329,8 +329,6 @@ class PlanStore:
 
     @staticmethod
     def _result(fut: Future, wait: float | None):
-        from .state import wait_result
-
         return wait_result(fut, wait, "building the plan failed", keep=(PlanError,))
 
     def view(self, gid: str, k: int, wait: float | None = None) -> PointView | None:

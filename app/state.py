@@ -19,7 +19,6 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
-from concurrent.futures import wait as wait_futures
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -31,7 +30,9 @@ from core.ir.graph import Graph, GraphError, NodeKind, TRef
 from core.schedule import SCHEDULERS, Schedule
 from core.simulate import SimResult, simulate
 
+from .errors import AppError, wait_result
 from .modtree import ModuleTree
+from .plans import PlanStore
 
 log = logging.getLogger("magis.app")
 MAX_UPLOAD_BYTES = io.DEFAULT_LIMITS.max_bytes  # a gzip file inflates to at most the same again
@@ -39,26 +40,6 @@ MAX_UPLOADS = 2  # uploaded graphs kept in memory: a new upload releases the old
 EXCLUDED_SCHEDULES = {"brute"}  # exhaustive: hopeless beyond toy graphs
 FIRST_SCHEDULES = ["traced", "rpo"]
 FULL_SIZE = {"resnet50", "bert_base", "vit_base", "unet", "unetpp", "gpt_neo_1_3b", "btlm_3b"}
-class AppError(ValueError):
-    """A problem the user can cause or fix; the app shows its one-line message."""
-
-
-def wait_result(fut: Future, wait: float | None, failed: str, keep: tuple[type, ...] = (AppError,)):
-    """The result of background work ``fut``, or None while it still runs after ``wait`` seconds
-    (None: wait for it).  A failure raises AppError "``failed``: <error>", or the error itself when it
-    is one of ``keep`` (already a one-line message)."""
-    if wait is None or wait > 0:
-        wait_futures([fut], timeout=wait)
-    if not fut.done():
-        return None
-    exc = fut.exception()
-    if exc is not None:
-        if isinstance(exc, keep):
-            raise exc
-        raise AppError(f"{failed}: {type(exc).__name__}: {exc}")
-    return fut.result()
-
-
 def sample_names() -> list[str]:
     """Every sample: the small ones first, then the paper-size workloads."""
     import sample_graphs
@@ -235,8 +216,6 @@ class AppState:
         self._bg = ThreadPoolExecutor(max_workers=1, thread_name_prefix="magis-prefetch")
         self._tok = 0
         self.loaders: dict[str, Callable[[], Graph]] = {}
-        from .plans import PlanStore
-
         self.plans = PlanStore(self.entry)  # frontiers, plan views, optimization and verification jobs
 
     # ---- locking --------------------------------------------------------------------------------

@@ -18,6 +18,7 @@ from core.transform.registry import get_rule
 
 from . import figures
 from .plans import Step
+from .tables import table
 
 NAMES_SHOWN = 8
 PLAY_MS = 1200
@@ -90,8 +91,6 @@ def step_figure(s: Step) -> dict:
 
 
 def tab() -> dcc.Tab:
-    from .layout import _table
-
     btn = "btn step-btn"
     return dcc.Tab(html.Div([
         html.Section([
@@ -107,15 +106,15 @@ def tab() -> dcc.Tab:
                                   title="step forward every second"),
                       html.Span(id="step-status", className="muted small")], className="btn-row"),
             html.Div([
-                html.Div(_table(id="step-table", columns=[{"name": c, "id": c} for c in
-                                                          ("step", "rule", "application", "peak", "latency",
-                                                           "window")],
-                                data=[], page_action="native", page_size=12, row_selectable=False,
-                                style_table={"overflowX": "auto"},
-                                style_cell={"fontFamily": "inherit", "fontSize": 12, "padding": "3px 8px",
-                                            "textAlign": "left", "maxWidth": 280, "whiteSpace": "normal",
-                                            "wordBreak": "break-word"},
-                                style_header={"fontWeight": 600, "backgroundColor": "#f3f4f6"}),
+                html.Div(table(id="step-table", columns=[{"name": c, "id": c} for c in
+                                                         ("step", "rule", "application", "peak", "latency",
+                                                          "window")],
+                               data=[], page_action="native", page_size=12, row_selectable=False,
+                               style_table={"overflowX": "auto"},
+                               style_cell={"fontFamily": "inherit", "fontSize": 12, "padding": "3px 8px",
+                                           "textAlign": "left", "maxWidth": 280, "whiteSpace": "normal",
+                                           "wordBreak": "break-word"},
+                               style_header={"fontWeight": 600, "backgroundColor": "#f3f4f6"}),
                          className="step-list"),
                 html.Div(id="step-details", className="details-box step-details"),
             ], className="row-steps"),

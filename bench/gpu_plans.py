@@ -54,9 +54,10 @@ def export(out: Path, which: list[str]) -> int:
         for k in sorted(ks | {eager}):
             p = pf.points[k]
             g = p.graph(g0)
-            sim = simulate(g, p.order, AnalyticCost(PROFILE), validate=False)
-            path = out / f"{name}_p{k}.py"
-            export_script(g, p.order, path, schedule_name=f"plan {p.method} {p.label}".strip())
+            cost = AnalyticCost(PROFILE)
+            sim = simulate(g, p.order, cost, validate=False)
+            path = out / f"{name}_p{k}.py"  # its release points and header: the profile of the manifest
+            export_script(g, p.order, path, schedule_name=f"plan {p.method} {p.label}".strip(), cost=cost, sim=sim)
             manifest.append({"sample": name, "point": k, "method": p.method, "label": p.label,
                              "eager": k == eager, "script": path.name, "swaps": sum(a.rule == "swap" for a in
                                                                                    p.applications),

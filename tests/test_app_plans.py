@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from app.optimizer_view import pareto_figure, slider_of
+from app.optimizer_view import fit_point, pareto_figure, slider_of
 from app.plans import PlanStore, build_steps, build_view, origins, plan_marks
 from app.state import AppError, AppState
 from app.steps_view import step_details, step_figure, step_rows
@@ -48,6 +48,19 @@ def test_slider_walks_the_non_dominated_points_peak_ascending():
     assert s["default"] == 1 and s["default_key"] == 1
     # labels never crowd: the ends always, between them at least two stops and 0.06 apart
     assert [m["label"] for m in s["marks"].values()] == ["0.50x", " ", "0.80x", "1.00x"]
+
+
+def test_fit_in_picks_the_fastest_point_under_a_memory_limit():
+    """"fit in" takes what ``magis optimize --memory-limit`` takes: a fraction of the baseline's peak or
+    a size with a unit; a bare number above 1 is a message, never 1.5 bytes."""
+    f = frontier_of([plan("magis", 50, 1.20), plan("magis", 60, 1.05), plan("dtr", 80, 1.02),
+                     plan("eager", 100, 1.00)])
+    assert [fit_point(f, t) for t in ("0.6", "0.79", " 1 ", "80B", "1KiB")] == [1, 1, 3, 2, 3]
+    with pytest.raises(AppError, match=r"fit in '1\.5' is not a memory limit: a fraction of the peak must be at "
+                                       r"most 1; for a size give units, e\.g\. 1\.5GiB"):
+        fit_point(f, "1.5")
+    with pytest.raises(AppError, match="no plan on the frontier has a peak under"):
+        fit_point(f, "0.4")
 
 
 def test_pareto_figure_has_a_trace_per_method_with_point_keys():

@@ -196,6 +196,8 @@ def test_verify_outcome_reads_the_report():
     ok, lines = export_view.verify_outcome(res)
     assert ok and "compared 7 tensors (the loss and every gradient)" in lines[0] and "2e-07" in lines[0]
     assert any("measured 5.09 KiB vs simulated 5.09 KiB (ratio 1.0000)" in t for t in lines)
+    _, lines = export_view.verify_outcome(res | {"simulated_device": "a100-80gb"})
+    assert any("measured 5.09 KiB vs simulated 5.09 KiB on a100-80gb (ratio 1.0000)" in t for t in lines)
     ok, lines = export_view.verify_outcome(res | {"ok": False, "measured_peak_bytes": 6000, "peak_ratio": 1.15})
     assert not ok and "not within 2%" in lines[-1]
 

@@ -1,10 +1,13 @@
-"""Layering of ``core`` (DESIGN.md, "Layout"): the library never imports the app, the web stack or
-the samples, and its imports form no cycle -- neither between modules nor between sub-packages.
+"""Layering of the product (DESIGN.md, "Layout"): ``core`` never imports the app, the web stack or
+the samples; the samples never import the app; and the imports of ``app``, ``core`` and
+``sample_graphs`` form no cycle -- neither between modules (within a package or across them) nor
+between the sub-packages of ``core``.
 
 Every ``import`` statement counts, wherever it sits in a file: at module level, inside a function
-(a deferred import is still a dependency) or under ``if TYPE_CHECKING``.  A package's
-``__init__`` is a module of its own (``core.schedule``); importing a submodule does not count as
-importing its parent package.
+or under ``if TYPE_CHECKING``.  A function-local import defers loading a module, not depending on
+it, so it may not close a cycle either: shared helpers get a module of their own (``app.tables``,
+``app.errors``) and imports go one way.  A package's ``__init__`` is a module of its own
+(``core.schedule``); importing a submodule does not count as importing its parent package.
 """
 
 from __future__ import annotations
@@ -14,22 +17,29 @@ import functools
 from collections.abc import Iterator
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
-CORE = ROOT / "core"
-FORBIDDEN = ("app", "dash", "dash_cytoscape", "plotly", "sample_graphs")
+PACKAGES = ("app", "core", "sample_graphs")  # the product; tests/, bench/ and examples/ stand outside it
+FORBIDDEN = {"core": ("app", "dash", "dash_cytoscape", "plotly", "sample_graphs"), "sample_graphs": ("app",)}
 
 
-def module_name(path: Path) -> str:
+def module_name(path: Path, root: Path = ROOT) -> str:
     """``core/schedule/base.py`` -> ``core.schedule.base``; ``core/ir/__init__.py`` -> ``core.ir``."""
-    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    parts = list(path.relative_to(root).with_suffix("").parts)
     if parts[-1] == "__init__":
         parts.pop()
     return ".".join(parts)
 
 
+def product_modules(root: Path = ROOT, packages: tuple[str, ...] = PACKAGES) -> dict[str, Path]:
+    """Every module of ``packages`` (folders under ``root``) by dotted name."""
+    return {module_name(p, root): p for pkg in packages for p in sorted((root / pkg).rglob("*.py"))}
+
+
 def core_modules() -> dict[str, Path]:
     """Every module of ``core`` by dotted name."""
-    return {module_name(p): p for p in sorted(CORE.rglob("*.py"))}
+    return product_modules(packages=("core",))
 
 
 def imported_names(path: Path, name: str, known: set[str]) -> Iterator[tuple[int, str]]:
@@ -37,12 +47,24 @@ def imported_names(path: Path, name: str, known: set[str]) -> Iterator[tuple[int
 
     Relative imports are resolved against the module's package; ``from P import x`` names the
     module ``P.x`` when that is a module of ``known``, else ``P`` itself."""
+    for line, target, _ in imports_of(path, name, known):
+        yield line, target
+
+
+def imports_of(path: Path, name: str, known: set[str]) -> Iterator[tuple[int, str, bool]]:
+    """:func:`imported_names` with, for each, whether the import sits inside a function (a lazy
+    import) rather than at module level."""
     is_package = path.name == "__init__.py"
     package = name if is_package else name.rpartition(".")[0]
-    for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+    tree = ast.parse(path.read_text(), filename=str(path))
+    lazy: set[int] = set()  # ids of import nodes inside a function body
+    for fn in ast.walk(tree):
+        if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+            lazy.update(id(n) for n in ast.walk(fn) if isinstance(n, (ast.Import, ast.ImportFrom)))
+    for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             for alias in node.names:
-                yield node.lineno, alias.name
+                yield node.lineno, alias.name, id(node) in lazy
         elif isinstance(node, ast.ImportFrom):
             if node.level:
                 base_parts = package.split(".")
@@ -52,12 +74,12 @@ def imported_names(path: Path, name: str, known: set[str]) -> Iterator[tuple[int
                 base = node.module or ""
             for alias in node.names:
                 sub = f"{base}.{alias.name}"
-                yield node.lineno, sub if sub in known else base
+                yield node.lineno, sub if sub in known else base, id(node) in lazy
 
 
 def owner(target: str, known: set[str]) -> str | None:
     """The module of ``known`` that an absolute import of ``target`` loads last (its longest known
-    prefix), or None for a name outside ``core``."""
+    prefix), or None for a name outside the modules looked at."""
     parts = target.split(".")
     for k in range(len(parts), 0, -1):
         prefix = ".".join(parts[:k])
@@ -66,19 +88,29 @@ def owner(target: str, known: set[str]) -> str | None:
     return None
 
 
-@functools.cache
-def import_graph() -> dict[str, set[str]]:
-    """Module -> the core modules it imports (self-imports left out; computed once, not to be
-    modified)."""
-    modules = core_modules()
+def build_graph(modules: dict[str, Path], lazy: bool = True) -> dict[str, set[str]]:
+    """Module -> the modules of ``modules`` it imports (self-imports left out); ``lazy``: count the
+    imports inside functions too."""
     known = set(modules)
     graph: dict[str, set[str]] = {m: set() for m in modules}
     for name, path in modules.items():
-        for _, target in imported_names(path, name, known):
+        for _, target, inside in imports_of(path, name, known):
             dep = owner(target, known)
-            if dep is not None and dep != name:
+            if dep is not None and dep != name and (lazy or not inside):
                 graph[name].add(dep)
     return graph
+
+
+@functools.cache
+def import_graph() -> dict[str, set[str]]:
+    """Module -> the core modules it imports (computed once, not to be modified)."""
+    return build_graph(core_modules())
+
+
+@functools.cache
+def product_graph() -> dict[str, set[str]]:
+    """Module -> the product modules it imports (computed once, not to be modified)."""
+    return build_graph(product_modules())
 
 
 def layer(module: str) -> str:
@@ -121,19 +153,30 @@ def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
     return None
 
 
-def test_core_never_imports_the_app_the_web_stack_or_the_samples():
-    modules = core_modules()
+@pytest.mark.parametrize("package", sorted(FORBIDDEN))
+def test_lower_layers_never_import_the_ones_above(package):
+    modules = product_modules(packages=(package,))
     known = set(modules)
     bad = [f"{path.relative_to(ROOT)}:{line} imports {target}"
            for name, path in modules.items()
            for line, target in imported_names(path, name, known)
-           if target.split(".")[0] in FORBIDDEN]
-    assert not bad, "core must not import " + ", ".join(FORBIDDEN) + ":\n" + "\n".join(bad)
+           if target.split(".")[0] in FORBIDDEN[package]]
+    assert not bad, f"{package} must not import " + ", ".join(FORBIDDEN[package]) + ":\n" + "\n".join(bad)
 
 
-def test_core_modules_import_no_cycle():
-    cycle = find_cycle(import_graph())
-    assert cycle is None, "import cycle between core modules: " + " -> ".join(cycle or [])
+@pytest.mark.parametrize("package", PACKAGES)
+def test_modules_of_a_package_import_no_cycle(package):
+    graph = build_graph(product_modules(packages=(package,)))
+    assert len(graph) > 1
+    cycle = find_cycle(graph)
+    assert cycle is None, f"import cycle between {package} modules: " + " -> ".join(cycle or [])
+
+
+def test_the_product_imports_no_cycle_across_packages():
+    graph = product_graph()
+    assert set(PACKAGES) <= {m.split(".")[0] for m in graph}
+    cycle = find_cycle(graph)
+    assert cycle is None, "import cycle between product modules: " + " -> ".join(cycle or [])
 
 
 def test_core_packages_import_no_cycle():
@@ -141,6 +184,19 @@ def test_core_packages_import_no_cycle():
     assert {"core.ir", "core.analysis", "core.schedule", "core.codegen", "core.frontend"} <= set(graph)
     cycle = find_cycle(graph)
     assert cycle is None, "import cycle between core packages: " + " -> ".join(cycle or [])
+
+
+def test_a_function_local_import_that_closes_a_cycle_is_found(tmp_path):
+    """``b`` imports ``a`` inside a function, ``a`` imports ``b`` at module level: Python loads both,
+    and the check still calls it a cycle (counting module-level imports only would not)."""
+    pkg = tmp_path / "demo"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "a.py").write_text("from . import b\n\nX = 1\n")
+    (pkg / "b.py").write_text("def f():\n    from .a import X\n\n    return X\n")
+    modules = product_modules(tmp_path, ("demo",))
+    assert find_cycle(build_graph(modules)) == ["demo.a", "demo.b", "demo.a"]
+    assert find_cycle(build_graph(modules, lazy=False)) is None
 
 
 def test_the_cycle_finder_reports_a_closed_path():

@@ -112,6 +112,8 @@ def test_plan_files_round_trip_and_belong_to_their_graph(tmp_path):
     g, _ = mlp()
     pf = optimize(g, memory_limit=0.8, time_budget=8, warm=0)
     assert [p.method for p in pf.points] == ["magis", "eager"] and pf.records
+    # the limit as given and the bytes it resolved to (0.8 of the imported peak, rounded down)
+    assert (pf.meta["limit"], pf.meta["limit_bytes"]) == ("0.8", int(0.8 * pf.points[-1].peak))
     path = save_plans(pf, tmp_path / "p.json.gz")
     back = load_plans(path, g)
     assert back.to_dict() == json.loads(json.dumps(pf.to_dict()))
@@ -123,6 +125,25 @@ def test_plan_files_round_trip_and_belong_to_their_graph(tmp_path):
         load_plans(path, other)
 
 
+@pytest.mark.parametrize("limit, words", [
+    (1.5, "a fraction of the peak must be at most 1; for a size give units, e.g. 1.5GiB"),
+    ("4096", "for a size give units, e.g. 4096B"),
+    ("0", "above 0"),
+])
+def test_optimize_refuses_a_bare_number_above_1_before_searching(limit, words):
+    g, _ = mlp()
+    with pytest.raises(ValueError, match=words.replace(".", r"\.")):
+        optimize(g, memory_limit=limit, time_budget=60)
+
+
+def test_a_size_limit_is_the_bytes_themselves():
+    g, _ = mlp()
+    pf = optimize(g, memory_limit="1GiB", time_budget=1, warm=0)
+    assert (pf.meta["mode"], pf.meta["limit"], pf.meta["limit_bytes"]) == ("memory", "1GiB", 1 << 30)
+    assert pf.points[0].label == "memory limit 1.00 GiB"
+    assert optimize(g, latency_limit=1.1, time_budget=1, warm=0).meta["limit_bytes"] is None
+
+
 @pytest.mark.parametrize("edit, words", [
     (lambda d: d.update(schema="x"), "not a MAGIS plan file"),
     (lambda d: d.update(version=99), "unsupported plan file version"),
@@ -131,6 +152,8 @@ def test_plan_files_round_trip_and_belong_to_their_graph(tmp_path):
     (lambda d: d["points"][0].update(peak=-1), "'peak' is not a byte count"),
     (lambda d: d["points"][0].update(order="x"), "'order' is not a list of node ids"),
     (lambda d: d.update(points={}), "'points' is not a list"),
+    (lambda d: d.update(device="v100"), "plan file: unknown device 'v100' (known: rtx3090, a100-80gb"),
+    (lambda d: d.update(device=7), "plan file: 'device' is not a string"),
 ])
 def test_bad_plan_files_are_one_line(edit, words):
     g, _ = mlp()
@@ -141,6 +164,14 @@ def test_bad_plan_files_are_one_line(edit, words):
     assert words in str(e.value) and "\n" not in str(e.value)
     with pytest.raises(PlanError, match="not a MAGIS plan file"):
         plans_from_bytes(b"\x00garbage")
+
+
+def test_a_plan_file_without_a_device_is_for_the_default_one():
+    g, _ = mlp()
+    d = optimize(g, memory_limit=0.9, time_budget=1, warm=0, device="a100-80gb").to_dict()
+    assert plans_from_bytes(json.dumps(d).encode()).device == "a100-80gb"
+    del d["device"]
+    assert plans_from_bytes(json.dumps(d).encode()).device == "rtx3090"
 
 
 def test_a_plan_that_does_not_replay_names_its_step():

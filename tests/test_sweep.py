@@ -99,6 +99,9 @@ def test_cancel_stops_submitting_and_keeps_the_finished_rows(tmp_path):
 @pytest.mark.parametrize("limits, devices, words", [
     (["lots"], ["rtx3090"], "'lots' is not a size"),
     (["-0.5"], ["rtx3090"], "is not a memory limit"),
+    (["0.5", "1.5"], ["rtx3090"],
+     "a fraction of the peak must be at most 1; for a size give units, e.g. 1.5GiB; or pareto for a "
+     "frontier"),
     (["0.5"], ["v100"], "unknown device 'v100'"),
     ([], ["rtx3090"], "at least one workload, one memory limit and one device"),
 ])
@@ -135,6 +138,9 @@ def test_ray_runner_on_a_local_instance(local, tmp_path):
 
 @pytest.mark.parametrize("args, words", [
     (["bert_tiny", "--memory-limits", "0.5,lots"], "--memory-limits 'lots' is not a size"),
+    (["bert_tiny", "--memory-limits", "4096"],
+     "--memory-limits '4096' is not a memory limit: a fraction of the peak must be at most 1; for a size give "
+     "units, e.g. 4096B"),
     (["bert_tiny,no_such_model", "--memory-limits", "0.5"], "unknown workload 'no_such_model'"),
     (["bert_tiny", "--memory-limits", "0.5", "--devices", "rtx3090,v100"], "--devices: unknown device 'v100'"),
     (["bert_tiny"], "give --memory-limits, --pareto or both"),

@@ -20,6 +20,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
+from ..cost.devices import DEFAULT_DEVICE
 from ..fmt import format_bytes, terminal_safe
 from ..ir import ops
 from ..ir.graph import Graph, GraphError, Node, NodeKind, TorchConst, TRef
@@ -314,7 +315,9 @@ def _literal(obj: Any, indent: str = "    ") -> str:
 def generate_source(g: Graph, order: Sequence[int], schedule_name: str = "custom", cost: Any = None,
                     sim: Any = None) -> str:
     """The exported script for ``g`` run in ``order`` (a list of op node ids); ``sim``: its
-    simulation with ``cost`` when the caller already has it.
+    simulation with ``cost`` when the caller already has it.  ``cost`` (default: the analytic model
+    of the default device) decides the release points of swapped tensors' device copies and the
+    header's peak, latency and device.
 
     Raises GraphError if ``order`` is not a valid schedule, CodegenError if a node cannot be written.
     """
@@ -326,7 +329,7 @@ def generate_source(g: Graph, order: Sequence[int], schedule_name: str = "custom
     writer = ScriptWriter(g, order, sim.copy_done)
     body = writer.body()
     spec = input_spec(g)
-    device_name = getattr(getattr(cost, "device", None), "name", None) or "rtx3090"
+    device_name = getattr(getattr(cost, "device", None), "name", None) or DEFAULT_DEVICE
     meta = {
         "graph": g.name,
         "schedule": schedule_name,
@@ -403,9 +406,9 @@ from __future__ import annotations
 
 
 def export_script(g: Graph, order: Sequence[int], path: str | os.PathLike, schedule_name: str = "custom",
-                  cost: Any = None) -> Path:
+                  cost: Any = None, sim: Any = None) -> Path:
     """Write :func:`generate_source` to ``path`` atomically (never a half-written file); returns it."""
-    src = generate_source(g, order, schedule_name=schedule_name, cost=cost)
+    src = generate_source(g, order, schedule_name=schedule_name, cost=cost, sim=sim)
     from ..ir.io import atomic_write
 
     return atomic_write(path, src.encode())

@@ -25,6 +25,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from ..cost.model import AnalyticCost, CostModel
 from ..frontend.torch_import import ImportErrorMAGIS, capture
 from ..frontend.workload import Workload, build_fake, capture_workload, workload_fns
 from ..ir.graph import Graph, NodeKind, TRef
@@ -229,12 +230,15 @@ def verify_module(module: nn.Module, inputs: Sequence[torch.Tensor],
                   name: str = "model", schedule: str = "traced", order: Sequence[int] | None = None,
                   graph: Graph | None = None, seed: int = 0, rtol: float = RTOL, atol: float = ATOL,
                   peak_tol: float = PEAK_TOL, script_dir: str | Path | None = None,
-                  audit: bool | None = None, details: bool = True) -> dict[str, Any]:
+                  audit: bool | None = None, details: bool = True,
+                  cost: CostModel | None = None) -> dict[str, Any]:
     """Eager PyTorch vs the exported script of ``module`` for one schedule.
 
     ``graph``: a graph of this module captured elsewhere (else captured here on the real tensors);
     ``order``: an explicit schedule (else ``resolve_schedule(graph, schedule, seed)``).
     ``audit``: run :func:`audit_ops` (default: only when the peaks differ by more than ``peak_tol``).
+    ``cost``: the cost model of the simulation (the device a plan was made for), which places the
+    script's releases of swapped tensors and gives the simulated peak.
     Returns errors (overall worst and per tensor), measured and simulated peaks, their ratio, and
     ``ok`` (all outputs allclose and the peak within ``peak_tol``).
     """
@@ -247,19 +251,22 @@ def verify_module(module: nn.Module, inputs: Sequence[torch.Tensor],
     torch.manual_seed(seed)
     ref = eager_outputs(g, module, inputs, loss_fn, forward_fn)
     return verify_graph(g, order, tensors, ref, schedule=schedule, seed=seed, rtol=rtol, atol=atol,
-                        peak_tol=peak_tol, script_dir=script_dir, audit=audit, details=details)
+                        peak_tol=peak_tol, script_dir=script_dir, audit=audit, details=details, cost=cost)
 
 
 def verify_graph(g: Graph, order: Sequence[int], tensors: dict[str, torch.Tensor], ref: dict[str, torch.Tensor],
                  *, schedule: str = "custom", seed: int = 0, rtol: float = RTOL, atol: float = ATOL,
                  peak_tol: float = PEAK_TOL, script_dir: str | Path | None = None,
-                 audit: bool | None = None, details: bool = True) -> dict[str, Any]:
+                 audit: bool | None = None, details: bool = True,
+                 cost: CostModel | None = None) -> dict[str, Any]:
     """The exported script of ``g`` under ``order`` run on ``tensors`` (the graph's inputs by input
     key) against the eager outputs ``ref``: :func:`verify_module` once the reference exists, so
-    many graphs of one model (transformed, rescheduled) share one eager run."""
+    many graphs of one model (transformed, rescheduled) share one eager run.  ``cost``: the cost
+    model of the simulation (a plan's device; default: the default device's analytic model)."""
     order = list(order)
-    sim = simulate(g, order)  # the script's release plan and the peak it is compared with
-    src = generate_source(g, order, schedule_name=schedule, sim=sim)
+    cost = cost or AnalyticCost()
+    sim = simulate(g, order, cost)  # the script's release plan and the peak it is compared with
+    src = generate_source(g, order, schedule_name=schedule, cost=cost, sim=sim)
     with tempfile.TemporaryDirectory(prefix="magis_verify_") as tmp:
         path = Path(script_dir or tmp) / f"{_safe(g.name)}_{_safe(schedule)}.py"
         path.write_text(src)
@@ -296,7 +303,7 @@ def verify_graph(g: Graph, order: Sequence[int], tensors: dict[str, torch.Tensor
                     "loss_rel_error": per["loss"]["max_rel"]})
     res.update({
         "measured_peak_bytes": measured, "simulated_peak_bytes": simulated,
-        "peak_ratio": ratio,
+        "peak_ratio": ratio, "simulated_device": getattr(getattr(cost, "device", None), "name", None),
         "measured_resident_bytes": int(mem["measured_resident_bytes"]),
         "simulated_resident_bytes": int(prof.resident),
         "tracked_calls": len(tracker.step_bytes) if tracker is not None else None,

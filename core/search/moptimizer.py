@@ -24,7 +24,6 @@ best peak and latency, states generated / deduplicated / filtered): the converge
 from __future__ import annotations
 
 import heapq
-import math
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -32,7 +31,7 @@ from dataclasses import dataclass, field
 
 from ..analysis.ftree import LEVELS, build_ftree
 from ..cost.model import AnalyticCost, CostModel
-from ..fmt import format_bytes, parse_bytes
+from ..fmt import format_bytes
 from ..ir.graph import Graph, NodeKind, TRef
 from ..metrics import Metrics
 from ..schedule import get_scheduler
@@ -40,6 +39,7 @@ from ..transform.ftree_rules import FTreeRule
 from ..transform.registry import FTREE_FAMILY, TENSOR_FAMILIES, families, rules_of
 from ..transform.rule import Application, RuleNotApplicable
 from .delta import Child, DeltaEvaluator
+from .limits import MemoryLimit
 from .mstate import MState
 from .pareto import FRONT, ParetoArchive, vector
 from .plan import Plan
@@ -455,21 +455,26 @@ class MOptimizer:
 __all__ = ["DELTA", "MOptimizer", "Objective", "Record", "SearchResult"]
 
 
-def optimize(g: Graph, *, memory_limit: float | None = None, latency_limit: float | None = None,
-             pareto: bool = False, time_budget: float = 60.0, device: str = "rtx3090", warm: float = WARM,
+def optimize(g: Graph, *, memory_limit: MemoryLimit | str | float | None = None,
+             latency_limit: float | None = None, pareto: bool = False, time_budget: float = 60.0,
+             device: str = "rtx3090", warm: float = WARM,
              progress: Callable[[Record], None] | None = None, cancel: threading.Event | None = None,
              on_start: Callable[[MOptimizer], None] | None = None):
     """One run of the M-Optimizer as a plan file (``plan.PlanFile``): point 0 is the answer (the best
     state under the limit, or the frontier's points by peak for ``pareto``), then PyTorch's eager
-    order as the baseline.  ``memory_limit``: bytes, or a fraction of the imported peak when <= 1;
-    ``latency_limit``: a factor of the imported latency.  ``warm``: the share of the budget spent on
-    the warm start (greedy fission, then Remat steps: ``MOptimizer.warm_start``).  ``on_start`` gets
-the optimizer before the search starts (a caller that shows its archive while it grows)."""
+    order as the baseline.  ``memory_limit``: a ``limits.MemoryLimit`` or what ``MemoryLimit.parse``
+    takes (a fraction of the imported peak in (0, 1], or a size with a unit such as "8GiB"; ValueError
+    otherwise); ``latency_limit``: a factor of the imported latency.  The meta records the limit as
+    given (``limit``) and, for a memory limit, the bytes it resolved to (``limit_bytes``).
+    ``warm``: the share of the budget spent on the warm start (greedy fission, then Remat steps:
+    ``MOptimizer.warm_start``).  ``on_start`` gets the optimizer before the search starts (a caller
+    that shows its archive while it grows)."""
     from .plan import PlanFile
     from .wl_hash import graph_hash
 
     if sum(x is not None for x in (memory_limit, latency_limit)) + bool(pareto) != 1:
         raise ValueError("give exactly one of a memory limit, a latency limit or pareto")
+    memory = None if memory_limit is None else MemoryLimit.parse(memory_limit)
     t0 = time.perf_counter()
     m = MOptimizer(g, AnalyticCost(device))
     if on_start is not None:
@@ -484,11 +489,10 @@ the optimizer before the search starts (a caller that shows its archive while it
         states = res.archive
         labels = [f"frontier {k}" for k in range(len(states))]
     else:
-        mode, limit = ("memory", memory_limit) if memory_limit is not None else ("latency", latency_limit)
-        if mode == "memory":
-            limit = resolve_memory_limit(limit, m.root.peak)
-        if mode == "latency":
-            limit = limit * m.root.latency
+        if memory is not None:
+            mode, limit = "memory", memory.bytes(m.root.peak)
+        else:
+            mode, limit = "latency", latency_limit * m.root.latency
         # from the best state known under the limit: the warm start's end may break a latency
         # limit that the imported graph meets
         obj = Objective(mode, limit)
@@ -498,28 +502,12 @@ the optimizer before the search starts (a caller that shows its archive while it
         labels = [f"memory limit {format_bytes(limit)}" if mode == "memory" else f"latency limit {limit * 1e3:.2f} ms"]
     points = m.plans(states, "magis", labels)
     points.append(m.plan(m.root, "eager", "traced order"))
-    meta = {"mode": "pareto" if pareto else ("memory" if memory_limit is not None else "latency"),
-            "limit": None if pareto else (memory_limit if memory_limit is not None else latency_limit),
+    meta = {"mode": "pareto" if pareto else ("memory" if memory is not None else "latency"),
+            "limit": None if pareto else (str(memory) if memory is not None else latency_limit),
+            "limit_bytes": None if memory is None else memory.bytes(m.root.peak),
             "time_budget": time_budget, "seconds": round(time.perf_counter() - t0, 3), "stopped": res.stopped,
             "ftree_nodes": len(m.ftree.nodes), "states": len(m.seen)}
     return PlanFile(g.name, graph_hash(g), device, points, [r.to_dict() for r in res.records], meta)
 
 
-def parse_memory_limit(text: str) -> float:
-    """A memory limit as ``optimize`` takes it, from its text: a fraction of the imported peak ("0.5",
-    at most 1) or a size ("8GiB", "512MiB", "4096" bytes); ValueError saying what is accepted."""
-    try:
-        value = float(text)
-    except ValueError:
-        value = float(parse_bytes(text))
-    if not (value > 0 and math.isfinite(value)):
-        raise ValueError(f"{text!r} is not a memory limit (a fraction of the peak up to 1, or a positive size)")
-    return value
-
-
-def resolve_memory_limit(limit: float, peak: float) -> float:
-    """The bytes of a memory limit: ``limit`` x ``peak`` for a fraction (<= 1), else ``limit`` itself."""
-    return limit * peak if limit <= 1 else limit
-
-
-__all__ += ["optimize", "parse_memory_limit", "resolve_memory_limit"]
+__all__ += ["optimize"]

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..cost.devices import DEFAULT_DEVICE, DEVICES
 from ..ir.graph import Graph
 from ..ir.io import atomic_write, inflate
 from ..metrics import METRICS, metrics
@@ -190,7 +191,9 @@ def plans_from_dict(d: Any) -> PlanFile:
     gd = d.get("graph")
     _need(isinstance(gd, dict) and isinstance(gd.get("name"), str) and isinstance(gd.get("hash"), str)
           and gd["hash"].lstrip("-").isdigit(), "plan file: 'graph' needs a name and a hash")
-    _need(isinstance(d.get("device", ""), str), "plan file: 'device' is not a string")
+    device = d.get("device", DEFAULT_DEVICE)  # a file that names none: the default profile
+    _need(isinstance(device, str), "plan file: 'device' is not a string")
+    _need(device in DEVICES, f"plan file: unknown device {device[:40]!r} (known: {', '.join(DEVICES)})")
     pts = d.get("points")
     _need(isinstance(pts, list), "plan file: 'points' is not a list")
     points = [_point(p, k) for k, p in enumerate(pts)]
@@ -199,7 +202,7 @@ def plans_from_dict(d: Any) -> PlanFile:
           "plan file: 'records' is not a list of objects")
     meta = d.get("meta", {})
     _need(isinstance(meta, dict), "plan file: 'meta' is not an object")
-    return PlanFile(gd["name"], int(gd["hash"]), d.get("device", ""), points, records, meta)
+    return PlanFile(gd["name"], int(gd["hash"]), device, points, records, meta)
 
 
 def _point(p: Any, k: int) -> Plan:

@@ -1,13 +1,14 @@
 """Sweeps: the M-Optimizer (``moptimizer.optimize``) over workloads x memory limits x devices.
 
-One *job* is one ``optimize`` call -- a workload's graph, one memory limit (bytes, a fraction of the
-graph's own eager peak, or ``pareto`` for a frontier run) and one device profile -- run in a worker
-process.  It returns a small result row (peak, latency, their ratios to PyTorch's eager order,
-whether the limit was reached, states, seconds, or the error that stopped it) and the bytes of its
-plan file.  The driver writes the plan files (``<out>/<workload>.<device>.<limit>.plan.json.gz``)
-and ``<out>/sweep.json`` (the sweep's parameters and every finished row, rewritten atomically as
-each job finishes): workers ship graph bytes in and plan bytes out, so they need no shared disk
-with the driver, which is what running on a Ray cluster asks for.
+One *job* is one ``optimize`` call -- a workload's graph, one memory limit (``limits.MemoryLimit``: a
+size such as 8GiB or a fraction of the graph's own eager peak; or ``pareto`` for a frontier run) and
+one device profile -- run in a worker process.  It returns a small result row (peak, latency, their
+ratios to PyTorch's eager order, the limit in bytes and whether it was reached, states, seconds, or
+the error that stopped it) and the bytes of its plan file.  The driver writes the plan files
+(``<out>/<workload>.<device>.<limit>.plan.json.gz``) and ``<out>/sweep.json`` (the sweep's
+parameters and every finished row, rewritten atomically as each job finishes): workers ship graph
+bytes in and plan bytes out, so they need no shared disk with the driver, which is what running on a
+Ray cluster asks for.
 
 Runners share one small interface (``open``, ``run``, ``close``):
 
@@ -39,7 +40,8 @@ from typing import Any, Protocol
 
 from ..cost.devices import get_device
 from ..ir import io
-from .moptimizer import optimize, parse_memory_limit, resolve_memory_limit
+from .limits import MemoryLimit
+from .moptimizer import optimize
 from .plan import plans_to_bytes
 
 SCHEMA = "magis-sweep"
@@ -64,11 +66,12 @@ def _one_line(e: BaseException) -> str:
 
 @dataclass(frozen=True)
 class Limit:
-    """One memory limit of a sweep: its text as given and ``optimize``'s ``memory_limit`` (a fraction
-    <= 1 of the eager peak, or bytes); ``value`` None is a frontier (``pareto``) run."""
+    """One memory limit of a sweep: its text as given and ``optimize``'s ``memory_limit`` (a
+    ``MemoryLimit``: a fraction of each graph's eager peak, or a size); ``memory`` None is a frontier
+    (``pareto``) run."""
 
     text: str
-    value: float | None
+    memory: MemoryLimit | None
 
     @property
     def label(self) -> str:
@@ -81,9 +84,10 @@ def parse_limit(text: str) -> Limit:
     if t.lower() == PARETO:
         return Limit(PARETO, None)
     try:
-        return Limit(t.replace(" ", ""), parse_memory_limit(t))
+        memory = MemoryLimit.parse(t)
     except ValueError as e:
         raise SweepError(f"{e}; or {PARETO} for a frontier") from None
+    return Limit(str(memory), memory)
 
 
 @dataclass(frozen=True)
@@ -139,15 +143,15 @@ def run_job(job: Job, graph: bytes, cancel: Any = None) -> tuple[dict[str, Any],
     t0 = time.perf_counter()
     try:
         g = io.loads(graph)
-        pareto = job.limit.value is None
-        pf = optimize(g, memory_limit=job.limit.value, pareto=pareto, time_budget=job.time_budget,
+        pareto = job.limit.memory is None
+        pf = optimize(g, memory_limit=job.limit.memory, pareto=pareto, time_budget=job.time_budget,
                       device=job.device, cancel=cancel)
         data = plans_to_bytes(pf, compress=True)
     except Exception as e:  # noqa: BLE001 -- a failing job is a row with its error, never a dead sweep
         return _row(job, error=_one_line(e), seconds=round(time.perf_counter() - t0, 3)), None
     best, eager = pf.points[0], pf.points[-1]
-    limit = None if pareto else resolve_memory_limit(job.limit.value, eager.peak)
-    return _row(job, limit_bytes=None if limit is None else int(limit), graph=g.name, peak_bytes=best.peak,
+    limit = pf.meta["limit_bytes"]  # None for a frontier run
+    return _row(job, limit_bytes=limit, graph=g.name, peak_bytes=best.peak,
                 latency_seconds=best.latency, eager_peak_bytes=eager.peak, eager_latency_seconds=eager.latency,
                 peak_ratio=best.peak / eager.peak if eager.peak else 1.0,
                 latency_ratio=best.latency / eager.latency if eager.latency else 1.0,
