@@ -172,8 +172,8 @@ def test_export_and_verify_simulate_on_the_plan_files_device(tmp_path, capsys):
     base = simulate(g, order, AnalyticCost("a100-80gb"))
     plan = tmp_path / "p.json"
     save_plans(PlanFile(g.name, graph_hash(g), "a100-80gb", [
-        Plan("magis", [app], o, a100.peak, a100.latency, "swap sin"),
-        Plan("eager", [], order, base.peak, base.latency, "traced order")]), plan)
+        Plan("magis", [app], o, a100.metrics(), "swap sin"),
+        Plan("eager", [], order, base.metrics(), "traced order")]), plan)
     capsys.readouterr()
 
     for extra, want, device in (([], a100, "a100-80gb"), (["--device", "rtx3090"], rtx, "rtx3090")):
