@@ -11,7 +11,7 @@ import time
 from dash import ALL, Dash, Input, Output, State, ctx, html, no_update, set_props
 from dash.exceptions import PreventUpdate
 
-from core.cost import DEFAULT_DEVICE, DEVICES
+from core.cost import DEFAULT_PROFILE, DEVICES
 from core.fmt import format_bytes
 from core.ir.graph import GraphError
 
@@ -173,7 +173,7 @@ def graph_of(state: AppState, view: dict, live, hot, heat_mode: str, selected) -
     sel, lv, ht = _for(selected, gid), _for(live, gid), _for(hot, gid)
     heat = entry.out_bytes
     if heat_mode == "peak" and ht:
-        a = state.analysis(gid, ht["schedule"], ht.get("device", DEFAULT_DEVICE), wait=0)
+        a = state.analysis(gid, ht["schedule"], ht.get("device", DEFAULT_PROFILE), wait=0)
         heat = a.hot_bytes if a is not None else {}
     els = cyto.graph_elements(entry.graph, entry.tree, dec_paths(view["expanded"]), entry.tok, heat,
                               hot=ht["nodes"] if ht else (), selected=sel["nid"] if sel else None,
@@ -257,7 +257,7 @@ def memory_of(state: AppState, gid: str, device: str, sched: str, compare, xmode
     return fig, key, pending, failed
 
 
-def first_render(state: AppState, gid: str, device: str = DEFAULT_DEVICE, sched: str = "traced",
+def first_render(state: AppState, gid: str, device: str = DEFAULT_PROFILE, sched: str = "traced",
                  compare=("rpo",), xmode: str = "step", heat: str = "peak") -> dict:
     """Every output of the first page, computed on the server: the page paints without waiting for a
     chain of callbacks (they run on later changes only).  Raises like the callbacks would."""

@@ -169,10 +169,10 @@ def _plan_graph(g, plan_file: Path, point: int | None):
 def _cost(a: argparse.Namespace, plan_device: str | None = None):
     """The analytic cost model of ``--device`` when given (it wins), else of the device the plan file
     was made for, else of the default device."""
-    from core.cost import DEFAULT_DEVICE, AnalyticCost
+    from core.cost import DEFAULT_PROFILE, AnalyticCost
 
     try:
-        return AnalyticCost(a.device or plan_device or DEFAULT_DEVICE)
+        return AnalyticCost(a.device or plan_device or DEFAULT_PROFILE)
     except ValueError as e:
         raise ValueError(f"--device: {e}") from None
 
@@ -403,7 +403,7 @@ def cmd_sweep(a: argparse.Namespace) -> dict[str, Any]:
     stops submitting and keeps the finished rows."""
     import signal
 
-    from core.cost.devices import DEFAULT_DEVICE, get_device
+    from core.cost.devices import DEFAULT_PROFILE, get_device
     from core.search.sweep import PARETO, LocalRunner, RayRunner, SweepError, parse_limit, run_sweep
 
     texts = list(dict.fromkeys(_split(a.memory_limits) + ([PARETO] if a.pareto else [])))
@@ -414,7 +414,7 @@ def cmd_sweep(a: argparse.Namespace) -> dict[str, Any]:
     except SweepError as e:
         raise ValueError(f"--memory-limits {e}") from None
     try:
-        devices = [get_device(d).name for d in _split(a.devices or [DEFAULT_DEVICE])]
+        devices = [get_device(d).name for d in _split(a.devices or [DEFAULT_PROFILE])]
     except ValueError as e:
         raise ValueError(f"--devices: {e}") from None
     if not devices:
@@ -489,21 +489,21 @@ def _names(names: Any) -> str:
 
 def _plan_options(s: argparse.ArgumentParser, what: str) -> None:
     """--plan, --point and --device (which defaults to the plan file's device) of export and verify."""
-    from core.cost.devices import DEFAULT_DEVICE, DEVICES
+    from core.cost.devices import DEFAULT_PROFILE, DEVICES
 
     s.add_argument("--plan", type=Path, default=None, metavar="PLAN", help=what)
     s.add_argument("--point", type=int, default=None, metavar="K", help="which point of the plan file (default: 0)")
     s.add_argument("--device", default=None, metavar="NAME",
                    help=f"device profile of the simulation that places the script's releases of swapped "
                         f"tensors and gives its simulated peak and latency: {_names(DEVICES)}. Default: the "
-                        f"device the --plan file was made for, else {DEFAULT_DEVICE}; --device wins over the "
+                        f"device the --plan file was made for, else {DEFAULT_PROFILE}; --device wins over the "
                         f"plan file's")
 
 
 def build_parser() -> argparse.ArgumentParser:
     """The ``magis`` argument parser; each sub-command sets ``fn`` to its ``cmd_*`` function.  The
     valid names of ``--device``, ``--method`` and ``--schedule`` come from their registries."""
-    from core.cost.devices import DEFAULT_DEVICE, DEVICES
+    from core.cost.devices import DEFAULT_PROFILE, DEVICES
     from core.schedule.registry import SCHEDULERS
 
     devices = f"device profile for the latency estimate: {_names(DEVICES)} (default: %(default)s)"
@@ -523,13 +523,13 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--forward", action="store_true", help="forward pass only (default: training step)")
     s.add_argument("--sgd", type=float, default=None, metavar="LR",
                    help="append a plain SGD update of every weight with learning rate LR")
-    s.add_argument("--device", default=DEFAULT_DEVICE, metavar="NAME", help=devices)
+    s.add_argument("--device", default=DEFAULT_PROFILE, metavar="NAME", help=devices)
     s.add_argument("--json", action="store_true", help="print the summary as one JSON object")
     s.set_defaults(fn=cmd_import)
 
     s = sub.add_parser("info", help="summary of a graph file")
     s.add_argument("file", metavar="FILE", help="a graph file, or a sample name (its committed graph)")
-    s.add_argument("--device", default=DEFAULT_DEVICE, metavar="NAME", help=devices)
+    s.add_argument("--device", default=DEFAULT_PROFILE, metavar="NAME", help=devices)
     s.add_argument("--top", type=int, default=5, metavar="N", help="hot-spots to list (default: %(default)s)")
     s.add_argument("--measured", action="store_true",
                    help="latency from timing each op on this machine (CPU or CUDA), cached on disk")
@@ -569,7 +569,7 @@ def build_parser() -> argparse.ArgumentParser:
     lim.add_argument("--pareto", action="store_true", help="the memory/latency frontier (a sweep of memory limits)")
     s.add_argument("--time-budget", type=float, default=60.0, metavar="SECONDS",
                    help="search time (default: %(default)s); the best found so far is kept")
-    s.add_argument("--device", default=DEFAULT_DEVICE, metavar="NAME", help=devices)
+    s.add_argument("--device", default=DEFAULT_PROFILE, metavar="NAME", help=devices)
     s.add_argument("-o", "--output", required=True, type=Path, metavar="PLAN",
                    help="plan file to write (.json, or .json.gz to compress)")
     s.add_argument("--json", action="store_true", help="print the result as one JSON object")
@@ -590,7 +590,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "(repeatable)")
     s.add_argument("--pareto", action="store_true", help="also a frontier run per workload and device")
     s.add_argument("--devices", action="append", metavar="NAME[,NAME...]",
-                   help=f"device profiles for the latency estimate: {_names(DEVICES)} (default: {DEFAULT_DEVICE})")
+                   help=f"device profiles for the latency estimate: {_names(DEVICES)} (default: {DEFAULT_PROFILE})")
     s.add_argument("--time-budget", type=float, default=60.0, metavar="SECONDS",
                    help="search time of each job (default: %(default)s)")
     where = s.add_mutually_exclusive_group()

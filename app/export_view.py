@@ -21,7 +21,7 @@ from core.search.methods import label_of
 from core.search.plan import PlanFile, plans_to_bytes
 
 from . import figures
-from .plans import Frontier, PointView
+from .plan_store import Frontier, PointView
 from .state import FULL_SIZE, AppError, AppState
 
 SCRIPT_VIEW_WAIT = 60.0  # seconds the download waits for the point's view (built on a worker thread)

@@ -9,7 +9,7 @@ import dash_cytoscape as cyto
 from dash import dcc, html
 from dash.dash_table.Format import Format
 
-from core.cost import DEFAULT_DEVICE, DEVICES
+from core.cost import DEFAULT_PROFILE, DEVICES
 
 from . import export_view, optimizer_view, steps_view, swaps_view
 from .cyto import DOM_LAYOUT, LAYOUT, ftree_stylesheet, stylesheet
@@ -35,7 +35,7 @@ def header(state: AppState, initial: str) -> html.Header:
                    className="upload", multiple=False),  # any name: the content decides, with a message
         html.Div([
             html.Label("device", htmlFor="device"),
-            dcc.Dropdown(id="device", value=DEFAULT_DEVICE, clearable=False, searchable=False,
+            dcc.Dropdown(id="device", value=DEFAULT_PROFILE, clearable=False, searchable=False,
                          options=[{"label": f"{k} ({v.memory_bytes // 2**30} GiB)", "value": k}
                                   for k, v in DEVICES.items()], className="device-dd"),
         ], className="ctl ctl-device"),

@@ -21,7 +21,7 @@ from core.search.plan import PlanError
 
 from . import figures
 from .panels import _card
-from .plans import Frontier, PointView
+from .plan_store import Frontier, PointView
 from .state import AppError, AppState, decode_upload
 from .tables import table
 

@@ -24,7 +24,7 @@ from core.ir.graph import Graph, GraphError
 
 if TYPE_CHECKING:  # torch is imported only by the commands that build models
     from core.frontend.workload import Workload
-    from core.search.sweep import Workload as SweepWorkload
+    from core.search.sweep import SweepWorkload
 
 
 class SpecError(ValueError):
@@ -149,7 +149,7 @@ def sweep_workload(spec: str) -> SweepWorkload:
     """A graph spec as a workload of ``magis sweep``: a graph file, or a sample's committed graph
     file (captured when there is none).  SpecError when it names neither, GraphError when the
     file cannot be read."""
-    from core.search.sweep import Workload as SweepWorkload
+    from core.search.sweep import SweepWorkload
 
     if Path(spec).exists():
         w = SweepWorkload.from_file(spec)

@@ -24,7 +24,7 @@ from pathlib import Path
 
 from core.analysis.dominators import DominatorTree, dominator_tree
 from core.analysis.lifetimes import MemoryProfile, Storage
-from core.cost import DEFAULT_DEVICE, DEVICES, AnalyticCost
+from core.cost import DEFAULT_PROFILE, DEVICES, AnalyticCost
 from core.ir import io
 from core.ir.graph import Graph, GraphError, NodeKind, TRef
 from core.schedule import SCHEDULERS, Schedule
@@ -32,7 +32,7 @@ from core.simulate import SimResult, simulate
 
 from .errors import AppError, wait_result
 from .modtree import ModuleTree
-from .plans import PlanStore
+from .plan_store import PlanStore
 
 log = logging.getLogger("magis.app")
 MAX_UPLOAD_BYTES = io.DEFAULT_LIMITS.max_bytes  # a gzip file inflates to at most the same again
@@ -382,7 +382,7 @@ class AppState:
         Raises AppError if the scheduler failed."""
         return wait_result(self.schedule_future(gid, name), wait, f"schedule {name!r} failed", keep=())
 
-    def analysis(self, gid: str, name: str, device: str = DEFAULT_DEVICE,
+    def analysis(self, gid: str, name: str, device: str = DEFAULT_PROFILE,
                  wait: float | None = None) -> Analysis | None:
         """Schedule + simulation + hot-spots (None while the schedule is still being computed)."""
         if device not in DEVICES:
@@ -419,7 +419,7 @@ class AppState:
                     self._analyses.popitem(last=False)
             return a
 
-    def warm(self, gid: str, device: str = DEFAULT_DEVICE, schedules: tuple[str, ...] = ("traced", "rpo"),
+    def warm(self, gid: str, device: str = DEFAULT_PROFILE, schedules: tuple[str, ...] = ("traced", "rpo"),
              background: bool = True) -> threading.Thread | None:
         """Load ``gid`` and analyse it under the first schedules ahead of the first page load (the
         first simulation also pays for core's lazy imports)."""

@@ -17,7 +17,7 @@ from core.fmt import format_bytes
 from core.transform.registry import get_rule
 
 from . import figures
-from .plans import Step
+from .plan_store import Step
 from .tables import table
 
 NAMES_SHOWN = 8

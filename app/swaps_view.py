@@ -23,7 +23,7 @@ from core.ir.graph import Graph, NodeKind, TRef
 from core.search.plan import PlanError
 
 from . import figures
-from .plans import Frontier, PointView
+from .plan_store import Frontier, PointView
 from .state import AppError, AppState
 
 VIEW_WAIT = 5.0  # seconds a callback waits for a point's view before polling for it

@@ -1,4 +1,4 @@
-"""The app's plans (app/plans.py) and the optimizer views' builders, on small graphs with plans made
+"""The app's plans (app/plan_store.py) and the optimizer views' builders, on small graphs with plans made
 here: the slider walks the non-dominated points, a point's view is the plan replayed and simulated,
 the marks name the imported ops each transformation touched, rule steps end where the plan ends,
 and a plan file of another graph is one clear error."""
@@ -10,7 +10,7 @@ import time
 import pytest
 
 from app.optimizer_view import fit_point, pareto_figure, slider_of
-from app.plans import PlanStore, build_steps, build_view, origins, plan_marks
+from app.plan_store import PlanStore, build_steps, build_view, origins, plan_marks
 from app.state import AppError, AppState
 from app.steps_view import step_details, step_figure, step_rows
 from core.cost import AnalyticCost
@@ -27,7 +27,7 @@ def plan(method: str, peak: int, latency: float, label: str = "") -> Plan:
 
 
 def frontier_of(points: list[Plan]):
-    from app.plans import Frontier
+    from app.plan_store import Frontier
 
     return Frontier("sample:x", PlanFile("x", 0, "rtx3090", points), "test")
 

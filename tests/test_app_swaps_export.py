@@ -205,7 +205,7 @@ def test_verify_outcome_reads_the_report():
 def test_verify_progress_shows_running_errors_as_one_line_and_the_outcome():
     from dash import no_update
 
-    from app.plans import Job
+    from app.plan_store import Job
 
     of = {"gid": GID, "version": 1, "key": 0, "label": "point 0 (MAGIS hand swap)"}
     assert export_view.verify_progress(of, None) == ("", None, True, None)

@@ -21,7 +21,7 @@ from torch import nn
 
 from core.analysis.lifetimes import memory_profile
 from core.codegen import CodegenError, export_script, generate_source
-from core.codegen.plan import integer_ranges, sanitize
+from core.codegen.release import integer_ranges, sanitize
 from core.codegen.runtime import LiveBytesTracker, Swapper, make_inputs
 from core.codegen.verify import (
     capture_real,

@@ -312,7 +312,7 @@ def test_integer_input_ranges_see_inside_fission_nodes():
     were taken into a fission node.  (Before, labels read only inside a fission region got the
     default range [0, 1): every label 0, another loss -- seen comparing bert_base's plan scripts
     with its eager script on a GPU.)"""
-    from core.codegen.plan import integer_ranges
+    from core.codegen.release import integer_ranges
     from core.search.plan import load_plans
     from sample_graphs.frontiers import plan_path
     from sample_graphs.store import load_sample_graph

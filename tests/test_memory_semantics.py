@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from core.analysis.lifetimes import fission_scratch, memory_profile, storage_events, storage_table
-from core.codegen.plan import release_plan
+from core.codegen.release import release_plan
 from core.ir.builder import GraphBuilder
 from core.ir.graph import FissionSpec, NodeKind, TRef
 from core.schedule.footprint import MemoryModel

@@ -47,7 +47,7 @@ def test_the_toy_rule_is_an_option_of_magis_transform_and_applies(toys, capsys, 
 
 def test_the_toy_method_and_rule_in_a_plan_file_the_steps_and_the_pareto_legend(toys, tmp_path):
     from app.optimizer_view import pareto_figure
-    from app.plans import Frontier, build_steps, build_view
+    from app.plan_store import Frontier, build_steps, build_view
     from app.steps_view import step_details
     from core.search.plan import PlanFile
 

@@ -4,7 +4,7 @@ over time (MAGIS section 3, "Memory Usage").
 Every consumer derives from two functions here: :func:`storage_table` (what the storages of a graph
 are, independent of any order) and :func:`storage_events` ((graph, order) -> the alloc/free step of
 every storage).  ``memory_profile`` (peak, hot-spots, the memory curve), the schedulers'
-``footprint.MemoryModel``, codegen's release plan (``codegen.plan``) and the delta evaluator of the
+``footprint.MemoryModel``, codegen's release plan (``codegen.release``) and the delta evaluator of the
 search (``search.delta``) all read them; a new node kind is taught here once.
 
 The rules, per node kind:

@@ -3,7 +3,7 @@ code generation, one statement per node, plus explicit ``del`` for memory).
 
 The script's ``_step`` body runs the ops in schedule order, one line per op, each line a direct call
 of the aten overload the node records (``v = aten.mm.default(a, b)  # module.path``); names are
-deleted right after their last use (:mod:`core.codegen.plan`) so every storage dies at the step
+deleted right after their last use (:mod:`core.codegen.release`) so every storage dies at the step
 where ``core.analysis.lifetimes`` frees it.  Nothing is ``exec``-ed at run time: the script is
 ordinary Python importing only torch, with the runtime support of :mod:`core.codegen.runtime`
 pasted in.  Each node kind has its own emitter (``EMITTERS``): aten ops, the Store/Load of a swap
@@ -20,11 +20,11 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-from ..cost.devices import DEFAULT_DEVICE
+from ..cost.devices import DEFAULT_PROFILE
 from ..fmt import format_bytes, terminal_safe
 from ..ir import ops
 from ..ir.graph import Graph, GraphError, Node, NodeKind, TorchConst, TRef
-from .plan import ReleasePlan, input_key, input_kind, integer_ranges, release_plan, variable_names
+from .release import ReleasePlan, input_key, input_kind, integer_ranges, release_plan, variable_names
 
 RUNTIME_MARKER = "# ==== RUNTIME BEGIN"
 
@@ -329,7 +329,7 @@ def generate_source(g: Graph, order: Sequence[int], schedule_name: str = "custom
     writer = ScriptWriter(g, order, sim.copy_done)
     body = writer.body()
     spec = input_spec(g)
-    device_name = getattr(getattr(cost, "device", None), "name", None) or DEFAULT_DEVICE
+    device_name = getattr(getattr(cost, "device", None), "name", None) or DEFAULT_PROFILE
     meta = {
         "graph": g.name,
         "schedule": schedule_name,
@@ -376,7 +376,7 @@ from __future__ import annotations
         "OUTPUTS = [" + "".join(f"\n    {k!r}," for k in g.outputs) + ("\n]" if g.outputs else "]"),
         "",
         "",
-        "def run(tensors: dict[str, torch.Tensor], device: str | torch.device = DEFAULT_DEVICE"
+        "def run(tensors: dict[str, torch.Tensor], device: str | torch.device = TORCH_DEVICE"
         ") -> dict[str, torch.Tensor]:",
         '    """Run the plan on ``tensors`` (every name of INPUTS; moved to ``device`` if elsewhere)',
         '    and return the graph outputs (OUTPUTS).  Tensors the caller passes are never freed here."""',
@@ -387,7 +387,7 @@ from __future__ import annotations
         "        return _step(placed, dev)",
         "",
         "",
-        "def measure(tensors: dict[str, torch.Tensor], device: str | torch.device = DEFAULT_DEVICE"
+        "def measure(tensors: dict[str, torch.Tensor], device: str | torch.device = TORCH_DEVICE"
         ") -> tuple[dict[str, torch.Tensor], dict]:",
         '    """Run once and measure the peak memory like the simulator counts it: the inputs, weights',
         '    and constants (resident) plus every live intermediate storage."""',

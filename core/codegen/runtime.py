@@ -35,7 +35,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
 
 aten = torch.ops.aten
-DEFAULT_DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
+TORCH_DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 
 RunFn = Callable[..., dict]
 _ACTIVE_TRACKERS: list[LiveBytesTracker] = []
@@ -312,7 +312,7 @@ def main(run: RunFn, measure: Callable[..., tuple[dict, dict]], meta: dict[str, 
     measured peak memory and time next to the simulator's prediction."""
     p = argparse.ArgumentParser(description=f"MAGIS Studio plan for {meta['graph']} "
                                             f"(schedule {meta['schedule']}, {meta['ops']} ops)")
-    p.add_argument("--device", default=DEFAULT_DEVICE, help=f"torch device (default {DEFAULT_DEVICE})")
+    p.add_argument("--device", default=TORCH_DEVICE, help=f"torch device (default {TORCH_DEVICE})")
     p.add_argument("--inputs", default=None, help=".pt file with a dict name -> tensor (else random)")
     p.add_argument("--seed", type=int, default=0, help="seed of the random inputs")
     p.add_argument("--repeat", type=int, default=3, help="timed runs")

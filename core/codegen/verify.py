@@ -31,7 +31,7 @@ from ..frontend.workload import Workload, build_fake, capture_workload, workload
 from ..ir.graph import Graph, NodeKind, TRef
 from ..simulate import simulate
 from .emit import generate_source, is_constant
-from .plan import input_key
+from .release import input_key
 
 RTOL = 1e-4  # float32 defaults; every comparison reports the numbers behind the verdict
 ATOL = 1e-5

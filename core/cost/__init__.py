@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from .devices import DEFAULT_DEVICE, DEVICES, DeviceProfile, get_device
+from .devices import DEFAULT_PROFILE, DEVICES, DeviceProfile, get_device
 from .model import AnalyticCost, CostModel
 
 
@@ -16,5 +16,5 @@ def get_cost_model(device: str = "rtx3090", measured: bool = False, cache_dir: s
     return AnalyticCost(device)
 
 
-__all__ = ["DEFAULT_DEVICE", "DEVICES", "DeviceProfile", "get_device", "AnalyticCost", "CostModel",
+__all__ = ["DEFAULT_PROFILE", "DEVICES", "DeviceProfile", "get_device", "AnalyticCost", "CostModel",
            "get_cost_model"]

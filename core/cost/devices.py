@@ -61,7 +61,7 @@ DEVICES: dict[str, DeviceProfile] = {
     ),
 }
 
-DEFAULT_DEVICE = "rtx3090"
+DEFAULT_PROFILE = "rtx3090"
 
 
 def get_device(name: str) -> DeviceProfile:

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..cost.devices import DEFAULT_DEVICE, DEVICES
+from ..cost.devices import DEFAULT_PROFILE, DEVICES
 from ..ir.graph import Graph
 from ..ir.io import atomic_write, inflate
 from ..metrics import METRICS, metrics
@@ -191,7 +191,7 @@ def plans_from_dict(d: Any) -> PlanFile:
     gd = d.get("graph")
     _need(isinstance(gd, dict) and isinstance(gd.get("name"), str) and isinstance(gd.get("hash"), str)
           and gd["hash"].lstrip("-").isdigit(), "plan file: 'graph' needs a name and a hash")
-    device = d.get("device", DEFAULT_DEVICE)  # a file that names none: the default profile
+    device = d.get("device", DEFAULT_PROFILE)  # a file that names none: the default profile
     _need(isinstance(device, str), "plan file: 'device' is not a string")
     _need(device in DEVICES, f"plan file: unknown device {device[:40]!r} (known: {', '.join(DEVICES)})")
     pts = d.get("points")

@@ -91,7 +91,7 @@ def parse_limit(text: str) -> Limit:
 
 
 @dataclass(frozen=True)
-class Workload:
+class SweepWorkload:
     """A graph to sweep: its name (in file names and rows) and its graph file's bytes, or the error
     that kept them from being read (the workload's jobs then give error rows)."""
 
@@ -101,7 +101,7 @@ class Workload:
     error: str | None = None
 
     @classmethod
-    def from_file(cls, path: str | os.PathLike, name: str | None = None) -> Workload:
+    def from_file(cls, path: str | os.PathLike, name: str | None = None) -> SweepWorkload:
         """The graph file at ``path`` (named after the file, ``.json``/``.json.gz`` left out)."""
         p = Path(path)
         if name is None:
@@ -356,23 +356,23 @@ def _document(parameters: dict[str, Any], rows: list[dict[str, Any]], jobs: int,
             "rows": rows}
 
 
-def _unique_names(workloads: list[Workload]) -> list[Workload]:
+def _unique_names(workloads: list[SweepWorkload]) -> list[SweepWorkload]:
     seen: dict[str, int] = {}
     out = []
     for w in workloads:
         n = seen.get(_safe(w.name), 0) + 1
         seen[_safe(w.name)] = n
-        out.append(w if n == 1 else Workload(f"{w.name}-{n}", w.graph, w.source, w.error))
+        out.append(w if n == 1 else SweepWorkload(f"{w.name}-{n}", w.graph, w.source, w.error))
     return out
 
 
-def plan_jobs(workloads: Sequence[Workload], limits: Sequence[Limit], devices: Sequence[str],
+def plan_jobs(workloads: Sequence[SweepWorkload], limits: Sequence[Limit], devices: Sequence[str],
               time_budget: float) -> list[Job]:
     """The cross product, workload-major: each workload's devices, each device's limits."""
     return [Job(w.name, d, lim, time_budget) for w in workloads for d in devices for lim in limits]
 
 
-def run_sweep(workloads: Sequence[Workload | str | os.PathLike], limits: Sequence[str | Limit],
+def run_sweep(workloads: Sequence[SweepWorkload | str | os.PathLike], limits: Sequence[str | Limit],
               devices: Sequence[str], out: str | os.PathLike, *, time_budget: float = 60.0,
               runner: Runner | None = None,
               progress: Callable[[dict[str, Any], int, int], None] | None = None,
@@ -381,7 +381,7 @@ def run_sweep(workloads: Sequence[Workload | str | os.PathLike], limits: Sequenc
     paths) with ``time_budget`` seconds of search each, on ``runner`` (default: a
     :class:`LocalRunner`); plan files and ``sweep.json`` go to ``out``.  ``progress(row, done,
     total)`` hears each finished job.  SweepError (one line) when the sweep cannot start."""
-    ws = _unique_names([w if isinstance(w, Workload) else Workload.from_file(w) for w in workloads])
+    ws = _unique_names([w if isinstance(w, SweepWorkload) else SweepWorkload.from_file(w) for w in workloads])
     lims = list({lim.label: lim for lim in (x if isinstance(x, Limit) else parse_limit(x) for x in limits)}.values())
     try:
         devs = list(dict.fromkeys(get_device(d.strip()).name for d in devices))
@@ -437,4 +437,4 @@ def run_sweep(workloads: Sequence[Workload | str | os.PathLike], limits: Sequenc
 
 
 __all__ = ["PARETO", "Job", "Limit", "LocalRunner", "RayRunner", "Runner", "SweepError", "SweepResult",
-           "Workload", "parse_limit", "plan_jobs", "run_job", "run_sweep"]
+           "SweepWorkload", "parse_limit", "plan_jobs", "run_job", "run_sweep"]

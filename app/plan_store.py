@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 
 from core.analysis.lifetimes import Storage
-from core.cost import DEFAULT_DEVICE, AnalyticCost
+from core.cost import DEFAULT_PROFILE, AnalyticCost
 from core.ir.graph import Graph, NodeKind
 from core.search.pareto import FRONT, non_dominated, vector
 from core.search.plan import Plan, PlanError, PlanFile, check_order, load_plans, plans_from_bytes, replay
@@ -291,8 +291,8 @@ class PlanStore:
         from core.search.methods import METHODS
         from core.search.wl_hash import graph_hash
 
-        run = METHODS["eager"].run(g, AnalyticCost(DEFAULT_DEVICE))
-        pf = PlanFile(g.name, graph_hash(g), DEFAULT_DEVICE, list(run.plans))
+        run = METHODS["eager"].run(g, AnalyticCost(DEFAULT_PROFILE))
+        pf = PlanFile(g.name, graph_hash(g), DEFAULT_PROFILE, list(run.plans))
         return Frontier(gid, pf, "not optimized yet")
 
     def set_frontier(self, gid: str, pf: PlanFile, source: str) -> Frontier:
