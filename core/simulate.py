@@ -130,9 +130,4 @@ def simulate(g: Graph, order: Sequence[int], cost: CostModel | None = None,
     return SimResult(order, start, end, stream, latency, mem, issue, g, done)
 
 
-def op_times(g: Graph, cost: CostModel | None = None) -> dict[int, float]:
-    cost = cost or AnalyticCost()
-    return {n.id: cost.node_time(g, n) for n in g.ops()}
-
-
-__all__ = ["SimResult", "copies_done", "simulate", "stream_times", "op_times", "TRef"]
+__all__ = ["SimResult", "copies_done", "simulate", "stream_times", "TRef"]

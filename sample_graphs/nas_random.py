@@ -127,7 +127,7 @@ def local_rewrite(g: Graph, rng: random.Random, focus: set[int] | None = None) -
             bb = _fresh(g, "half", list(v.inputs()), max(1, nbytes - nbytes // 2))
             cat = _fresh(g, "merge", [a, bb], nbytes)
             changed = _replace_uses(g, out, cat)
-            g.remove_node(v.id)
+            g.erase_node(v.id)
             return g, changed | {a.node, bb.node, cat.node}
         if kind == "fuse":  # v -> w with w v's only user and v w's only input: one op
             users = g.users(v.id)
@@ -138,8 +138,8 @@ def local_rewrite(g: Graph, rng: random.Random, focus: set[int] | None = None) -
                 continue
             f = _fresh(g, "fused", list(v.inputs()), w.out.nbytes)
             changed = _replace_uses(g, TRef(w.id, 0), f)
-            g.remove_node(w.id)
-            g.remove_node(v.id)
+            g.erase_node(w.id)
+            g.erase_node(v.id)
             return g, changed | {f.node}
     raise RuntimeError("no rewrite applied")
 

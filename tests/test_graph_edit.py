@@ -69,7 +69,6 @@ def test_erase_is_refused_with_users_or_as_output():
         g.erase_node(ids["a"])
     with pytest.raises(GraphError, match="graph output"):
         g.erase_node(ids["c"])
-    assert g.remove_node == g.erase_node  # the old name is the checked primitive too
     assert_uses_correct(g)
 
 

@@ -68,9 +68,6 @@ class StorageTable:
     storages: list[StorageInfo]
     uses: dict[TRef, tuple[int, ...]]  # tensor -> op ids that read it or create a view of it
 
-    def device_storages(self) -> list[StorageInfo]:
-        return [s for s in self.storages if s.device == "device"]
-
 
 def fission_scratch(node) -> int:
     """Bytes one part of a fission node holds beyond its inputs and outputs: the peak of its
@@ -294,10 +291,6 @@ def memory_profile(g: Graph, order: Sequence[int], count_resident: bool = True, 
     peak = int(total.max()) if n else resident
     peak_steps = [int(i) for i in np.flatnonzero(total == peak)] if n else []
     return MemoryProfile(order, total, by_kind, device, resident, peak, peak_steps, host_bytes)
-
-
-def peak_bytes(g: Graph, order: Sequence[int], **kwargs) -> int:
-    return memory_profile(g, order, **kwargs).peak
 
 
 def memory_over_time(storages: Sequence[Storage], alloc_time: Sequence[float],

@@ -29,6 +29,7 @@ from ..cost.model import AnalyticCost, CostModel
 from ..frontend.torch_import import ImportErrorMAGIS, capture
 from ..frontend.workload import Workload, build_fake, capture_workload, workload_fns
 from ..ir.graph import Graph, NodeKind, TRef
+from ..schedule.random_topo import random_topological_order
 from ..simulate import simulate
 from .emit import generate_source, is_constant
 from .release import input_key
@@ -39,33 +40,16 @@ PEAK_TOL = 0.02  # measured vs simulated peak
 
 
 # ---- schedules ------------------------------------------------------------------------------------
-def random_topological_order(g: Graph, seed: int = 0) -> list[int]:
-    """A uniformly-picked ready op at each step (Kahn's algorithm with a seeded random choice)."""
-    rng = random.Random(seed)
-    ops = [n.id for n in g if n.kind != NodeKind.PLACEHOLDER]
-    opset = set(ops)
-    indeg = {i: sum(1 for p in g.preds(i) if p in opset) for i in ops}
-    ready = sorted(i for i in ops if indeg[i] == 0)
-    out: list[int] = []
-    while ready:
-        i = ready.pop(rng.randrange(len(ready)))
-        out.append(i)
-        for u in g.users(i):
-            if u in opset:
-                indeg[u] -= 1
-                if indeg[u] == 0:
-                    ready.append(u)
-    if len(out) != len(ops):
-        raise ValueError("graph has a cycle")
-    return out
-
-
 def resolve_schedule(g: Graph, schedule: str, seed: int = 0) -> list[int]:
     """A registered scheduler's order, or ``random`` / ``random:<seed>`` (a seeded random
-    topological order)."""
+    topological order of the ops, ``schedule.random_topo``, with the ops indexed by id)."""
     if schedule == "random" or schedule.startswith("random:"):
         s = schedule.partition(":")[2]
-        return random_topological_order(g, int(s) if s else seed)
+        ops = sorted(n.id for n in g.ops())
+        index = {v: i for i, v in enumerate(ops)}
+        preds = [[index[p] for p in g.preds(v) if p in index] for v in ops]
+        succs = [[index[u] for u in g.users(v) if u in index] for v in ops]
+        return [ops[i] for i in random_topological_order(preds, succs, random.Random(int(s) if s else seed))]
     from ..schedule import get_scheduler
 
     return get_scheduler(schedule).run(g).order

@@ -20,7 +20,6 @@ import os
 import time
 import traceback
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -32,12 +31,6 @@ from ..ir.graph import Graph, GraphError, Node, NodeKind, TensorKind, TensorMeta
 
 class ImportErrorMAGIS(GraphError):
     """The model could not be captured (unsupported construct, bad inputs...)."""
-
-
-@dataclass
-class ImportStats:
-    seconds: float
-    fx_nodes: int
 
 
 def _dtype_name(dt: torch.dtype) -> str:
@@ -538,10 +531,6 @@ def _append_sgd(g: Graph, lr: float) -> None:
                           outputs=[TensorMeta(pm.shape, pm.dtype, TensorKind.WEIGHT)],
                           module=p.module)
         g.outputs["param:" + pname] = TRef(node.id, 0)
-
-
-def node_count(g: Graph) -> int:
-    return sum(1 for n in g if n.kind != NodeKind.PLACEHOLDER)
 
 
 __all__ = ["capture", "ImportErrorMAGIS", "Node"]

@@ -364,8 +364,6 @@ class Graph:
             self._log.edits.append(Edit("erase", nid, node=node, position=position))
         return node
 
-    remove_node = erase_node
-
     def set_args(self, node: Node | int, args: list[Any], kwargs: dict[str, Any] | None = None) -> None:
         """Replace a node's arguments (use lists follow)."""
         node = self.nodes[node] if isinstance(node, int) else node

@@ -195,10 +195,6 @@ def _unsqueeze(c: OpCtx) -> list[DimLink]:
     return [DimLink(0, i, 0, i if i < d else i + 1) for i in range(len(c.ins[0].shape))]
 
 
-def _squeeze(c: OpCtx) -> list[DimLink]:
-    return _view(c)
-
-
 def _slice(c: OpCtx) -> list[DimLink]:
     r = len(c.ins[0].shape)
     d = norm_dim(c.kw("dim", 1, 0), r)

@@ -1,9 +1,11 @@
-"""Topological order by Kahn's algorithm over any graph with ``nodes``, ``preds`` and ``users``."""
+"""Topological orders over any graph with ``nodes``, ``preds`` and ``users``: Kahn's algorithm, and
+the depth-first pull of each node's missing predecessors (the traced order, the WL hash's relabelling,
+the peers' schedules)."""
 
 from __future__ import annotations
 
 import heapq
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from .types import GraphError
@@ -34,32 +36,44 @@ def kahn_order(g: Any, nodes: Iterable[int] | None = None) -> list[int]:
     return out
 
 
-def pull_order(g: Any) -> list[int]:
-    """The insertion order with each node's missing predecessors pulled in just before it.
+def pull_order(g: Any, roots: Iterable[int] | None = None,
+               preds: Callable[[int], Iterable[int]] | None = None, what: str = "graph has a cycle") -> list[int]:
+    """The roots in turn, each preceded by its predecessors not emitted yet (depth first, in the
+    order ``preds`` lists them): a topological order of the roots and what they need.
 
-    Nodes are visited in insertion order; a node whose predecessors are not all emitted yet first
-    emits them (depth first, each in insertion order).  On a graph whose insertion order is
-    topological this is that order; a node a transformation appended (a recomputed copy, a swap's
-    copies) lands right before its first reader -- "just in time", as the traced program would have
-    run it.  Raises GraphError on a cycle."""
+    By default the roots are the nodes in insertion order and a node's predecessors are all of them,
+    in insertion order.  On a graph whose insertion order is topological this is that order; a node
+    a transformation appended (a recomputed copy, a swap's copies) lands right before its first
+    reader -- "just in time", as the traced program would have run it.
+
+    ``preds(v)`` restricts what is pulled (the WL hash relabels the affected nodes only; the peers
+    never schedule placeholders) and fixes the order in which it is visited.  Raises GraphError
+    ``"<what> (through <node>)"`` on a cycle among the nodes pulled."""
     nodes = g.nodes
-    rank = {nid: i for i, nid in enumerate(nodes)}
+    if roots is None:
+        roots = nodes
+    if preds is None:
+        rank = {nid: i for i, nid in enumerate(nodes)}
+
+        def preds(v: int) -> list[int]:
+            return sorted(g.preds(v), key=rank.__getitem__)
+
     done: set[int] = set()
     out: list[int] = []
-    for root in nodes:
+    for root in roots:
         if root in done:
             continue
-        stack = [(root, iter(sorted(g.preds(root), key=rank.__getitem__)))]
+        stack = [(root, iter(preds(root)))]
         active = {root}
         while stack:
-            nid, preds = stack[-1]
-            for p in preds:
+            nid, it = stack[-1]
+            for p in it:
                 if p in done:
                     continue
                 if p in active:
-                    raise GraphError(f"graph has a cycle (through {nodes[p].name!r})")
+                    raise GraphError(f"{what} (through {nodes[p].name!r})")
                 active.add(p)
-                stack.append((p, iter(sorted(g.preds(p), key=rank.__getitem__))))
+                stack.append((p, iter(preds(p))))
                 break
             else:
                 stack.pop()

@@ -147,10 +147,6 @@ class MemoryModel:
                     live -= size[s]
         return (max(steps) if steps else live), steps
 
-    def live_storages(self, order: Sequence[int], step: int) -> list[int]:
-        """Storages alive during ``step`` of ``order`` (op node ids): HMCOS's X_k."""
-        return self.live_at_steps(order, [step])[0]
-
     def live_at_steps(self, order: Sequence[int], steps: Sequence[int]) -> list[list[int]]:
         """Storages alive during each of ``steps`` of ``order`` (one pass)."""
         want = set(steps)

@@ -7,15 +7,16 @@ is re-issued:
   copy is done, the sooner the device storage can be freed);
 * a LOAD as late as possible while its transfer stays hidden: issued before its first reader B at
   the latest point where the compute ops in between take at least the copy's time (no earlier than
-  its STORE).  The copy stream is shared, so a LOAD can still be late when copies queue up; the
-  placement is then checked on the simulator, and every LOAD whose reader waited is moved earlier
-  by the wait (a few rounds).
+  its STORE) -- :func:`load_slot`, which the search's delta evaluator and the greedy swap pass use
+  too.  The copy stream is shared, so a LOAD can still be late when copies queue up; the placement
+  is then checked on the simulator, and every LOAD whose reader waited is moved earlier by the wait
+  (a few rounds).
 """
 
 from __future__ import annotations
 
 import bisect
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
@@ -24,6 +25,48 @@ from ..ir.graph import Graph, NodeKind
 from ..simulate import COPY_KINDS, SimResult, simulate
 
 ROUNDS = 4  # simulator checks of the LOAD placement
+
+
+def load_slot(reader: int, need: float, floor: int, *, start: Sequence[float] | None = None,
+              step_time: Callable[[int], float] | None = None) -> int:
+    """Where a LOAD goes, just in time (MAGIS section 5.2, on section 3's separate copy stream): the
+    latest slot k <= ``reader`` (slot k: issued right before step k; ``reader``: the step of its
+    first reader) from which the compute up to the reader takes at least ``need`` seconds, so the
+    transfer hides behind it -- but no earlier than slot ``floor``: ``floor`` when no slot after it
+    covers the transfer, ``reader`` when ``floor >= reader``.
+
+    The compute time between two slots is read from one of two timelines:
+
+    * ``start``: when each step starts (an extra last entry when ``reader`` may be the end); the
+      latest k with ``start[k] <= start[reader] - need``, by binary search;
+    * ``step_time(k)``: the compute time of step k (0 for a copy), summed back from the reader until
+      it covers ``need`` -- it walks only the slots the transfer spans, and needs no start times.
+
+    The two agree up to rounding (a tie in the last bit may tip either way), so each caller keeps to
+    one of them.  The callers differ in what they know and want:
+
+    * :func:`place_and_simulate` (every scheduler's order of a swapped graph, ``greedy_swap``'s
+      candidates): the analytic start times of the compute ops alone (the copies are what is being
+      placed, and no wait is known yet); ``need`` is the LOAD's time plus the waits its reader saw
+      in the simulator's earlier rounds; ``floor`` is its STORE's slot (in a slot, STOREs go first).
+    * ``DeltaEvaluator._swap_window`` (a search child that adds a swap): the working schedule as it
+      stands, copies included, timed by the evaluator's per-op cache (``step_time``: a schedule
+      that changes with every child keeps no start times); ``floor`` is one past the STORE (past
+      the producer for a STORE the same child adds, placed right after it) and one past the last
+      peak step before the reader, so the tensor is off the device at the peak.
+    * ``greedy._swap_estimates`` (a swap's saving estimated before it is placed): the simulated
+      start times of the current schedule (waits and earlier copies included); ``floor`` is the
+      first step without the tensor -- a LOAD there frees nothing, and the swap is not estimated.
+    """
+    if start is not None:
+        k = bisect.bisect_right(start, start[reader] - need) - 1
+        return min(reader, max(floor, k))
+    assert step_time is not None, "load_slot needs start or step_time"
+    q, covered = reader, 0.0
+    while q > floor and covered < need:
+        q -= 1
+        covered += step_time(q)
+    return q
 
 
 def has_copies(g: Graph) -> bool:
@@ -63,12 +106,7 @@ def place_and_simulate(g: Graph, order: Sequence[int], cost: CostModel | None = 
 
     def place_loads() -> None:
         for v in loads:
-            src = g[v].inputs()[0].node
-            lo = anchor.get(src, 0)
-            b = reader[v]
-            # latest k <= b with start[b] - start[k] >= need
-            k = bisect.bisect_right(start, start[b] - need[v]) - 1
-            anchor[v] = min(b, max(lo, k))
+            anchor[v] = load_slot(reader[v], need[v], anchor.get(g[v].inputs()[0].node, 0), start=start)
 
     def merged() -> list[int]:
         slots: list[list[int]] = [[] for _ in range(end + 1)]
@@ -110,4 +148,4 @@ def place_and_simulate(g: Graph, order: Sequence[int], cost: CostModel | None = 
     return new, sim
 
 
-__all__ = ["has_copies", "place_and_simulate", "place_copies"]
+__all__ = ["has_copies", "load_slot", "place_and_simulate", "place_copies"]

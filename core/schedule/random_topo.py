@@ -4,26 +4,29 @@ paper's Figure 2, which samples 1M schedules of NASNet-A)."""
 from __future__ import annotations
 
 import random
+from collections.abc import Sequence
 
-from ..ir.graph import Graph
+from ..ir.graph import Graph, GraphError
 from .footprint import MemoryModel, MemoryScheduler
 
 
-def random_topological_order(preds: list[tuple[int, ...]], succs: list[tuple[int, ...]],
+def random_topological_order(preds: Sequence[Sequence[int]], succs: Sequence[Sequence[int]],
                              rng: random.Random) -> list[int]:
-    """One topological order: at each step a uniformly random ready node."""
+    """One topological order of the DAG of nodes 0..n-1 (``preds`` / ``succs``: index lists): Kahn's
+    algorithm with a uniformly random ready node at each step.  The ready list keeps the order in
+    which nodes became ready, so one seed gives one order.  Raises GraphError on a cycle."""
     indeg = [len(p) for p in preds]
     ready = [i for i, d in enumerate(indeg) if d == 0]
     out: list[int] = []
     while ready:
-        k = rng.randrange(len(ready))
-        ready[k], ready[-1] = ready[-1], ready[k]
-        v = ready.pop()
+        v = ready.pop(rng.randrange(len(ready)))
         out.append(v)
         for s in succs[v]:
             indeg[s] -= 1
             if indeg[s] == 0:
                 ready.append(s)
+    if len(out) != len(indeg):
+        raise GraphError("graph has a cycle")
     return out
 
 

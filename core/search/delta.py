@@ -46,6 +46,7 @@ from ..ir.graph import EditLog, Graph, GraphError, NodeKind, TensorKind, TRef
 from ..metrics import metrics
 from ..schedule.footprint import MemoryModel
 from ..schedule.incremental import SEARCH, get_reschedule_interval, schedule_parts
+from ..schedule.placement import load_slot
 from ..schedule.units import UnitProblem
 from ..simulate import COPY_KINDS, copies_done, simulate, stream_times
 from ..transform.registry import REMAT_FAMILY, rules_of
@@ -351,14 +352,19 @@ class DeltaEvaluator:
 
     def _swap_window(self, lo: int, hi: int, added: list[int]) -> tuple[int, int, list[int]] | None:
         """A swap placed in the schedule as it stands (no rescheduling between): each added STORE
-        right after the tensor's producer; each added LOAD just in time -- the latest position
-        before its first reader whose compute time until the reader covers the transfer, but not
-        before the last peak step ahead of the reader (the tensor is off the device there) or its
-        STORE.  A rescheduled window around the reader would put the STORE next to the LOAD, which
-        keeps the tensor on the device across the peak and stalls compute for both copies."""
+        right after the tensor's producer; each added LOAD just in time (``placement.load_slot``) --
+        the latest position before its first reader whose compute time until the reader covers the
+        transfer, but not before the last peak step ahead of the reader (the tensor is off the
+        device there) or its STORE.  A rescheduled window around the reader would put the STORE
+        next to the LOAD, which keeps the tensor on the device across the peak and stalls compute
+        for both copies."""
         g, pos, order = self.g, self.pos, self.order
         peaks = self.where().peaks  # ascending
         L, R = lo, hi
+
+        def step_time(q: int) -> float:  # the working schedule's compute time at step q
+            return 0.0 if g.nodes[order[q]].kind in COPY_KINDS else self.times.get(order[q], 0.0)
+
         place: dict[int, float] = {}
         stored: dict[int, int] = {}  # an added STORE -> the position of its producer
         for v in added:
@@ -382,12 +388,7 @@ class DeltaEvaluator:
             k = bisect.bisect_left(peaks, b) - 1
             if k >= 0:
                 floor = max(floor, peaks[k] + 1)
-            need = self.cost.transfer_time(node.outputs[0].nbytes)
-            q, covered = b, 0.0
-            while q > floor and covered < need:
-                q -= 1
-                if g.nodes[order[q]].kind not in (NodeKind.STORE, NodeKind.LOAD):
-                    covered += self.times.get(order[q], 0.0)
+            q = load_slot(b, self.cost.transfer_time(node.outputs[0].nbytes), floor, step_time=step_time)
             place[v] = q - 0.5
             L = min(L, q)
         return self._window(L, R, added, place) if place else None

@@ -24,7 +24,7 @@ from ..analysis.ftree import FTree, build_ftree
 from ..cost.model import AnalyticCost, CostModel
 from ..ir.graph import Graph, TRef
 from ..schedule.baselines import TracedOrder
-from ..schedule.placement import place_and_simulate
+from ..schedule.placement import load_slot, place_and_simulate
 from ..simulate import SimResult, simulate
 from ..transform.fission import Fission, apply_split
 from ..transform.registry import REMAT_FAMILY, rules_of
@@ -110,7 +110,7 @@ def _swap_estimates(g: Graph, sim: SimResult, cost: CostModel, hot: list[TRef]) 
         t_store = cost.transfer_time(s.nbytes)
         stored = int(np.searchsorted(start, start[pos[ref.node]] + t_store, side="left"))
         gone = max(prev, stored) + 1  # first step without the tensor
-        back = int(np.searchsorted(start, start[pb] - cost.transfer_time(s.nbytes), side="right")) - 1
+        back = load_slot(pb, cost.transfer_time(s.nbytes), gone, start=start)  # the tensor is back from there
         if back <= gone:
             continue
         new = curve.copy()

@@ -15,7 +15,8 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Iterable
 
-from ..ir.graph import Graph, GraphError, Node, TRef, map_refs
+from ..ir.graph import Graph, Node, TRef, map_refs
+from ..ir.topo import pull_order
 
 ROUNDS = 2
 MASK = (1 << 64) - 1
@@ -90,7 +91,10 @@ class WLHash:
         g = self.g
         aff = self.affected(changed)
         # also the former users of erased nodes are among ``changed`` (they were re-wired)
-        order = _topo(g, [v for v in aff if v in g.nodes])  # raises (nothing changed) on a cycle
+        # producers inside the set first; raises (nothing changed) on a cycle among them
+        inside = {v for v in aff if v in g.nodes}
+        order = pull_order(g, sorted(inside), lambda v: (p for p in g.preds(v) if p in inside),
+                           "the edit made a cycle")
         saved: dict[int, tuple[int, ...] | None] = {}
         last = self.labels[ROUNDS]
         for v in aff:
@@ -118,34 +122,6 @@ class WLHash:
                 for lab, x in zip(self.labels, labs, strict=True):
                     lab[v] = x
                 self.total = (self.total + last[v]) & MASK
-
-
-def _topo(g: Graph, nodes: list[int]) -> list[int]:
-    """``nodes`` ordered so that producers inside the set come first (DFS over predecessors);
-    GraphError on a cycle among them."""
-    inside = set(nodes)
-    done: set[int] = set()
-    out: list[int] = []
-    for root in sorted(nodes):
-        if root in done:
-            continue
-        stack = [(root, iter(g.preds(root)))]
-        open_ = {root}
-        while stack:
-            v, it = stack[-1]
-            for p in it:
-                if p in inside and p not in done:
-                    if p in open_:
-                        raise GraphError(f"the edit made a cycle (through {g.nodes[p].name!r})")
-                    open_.add(p)
-                    stack.append((p, iter(g.preds(p))))
-                    break
-            else:
-                stack.pop()
-                open_.discard(v)
-                done.add(v)
-                out.append(v)
-    return out
 
 
 def graph_hash(g: Graph) -> int:

@@ -30,6 +30,7 @@ from typing import Any
 
 from ...cost.model import CostModel
 from ...ir.graph import Graph, NodeKind, TensorKind, TRef
+from ...ir.topo import pull_order
 from ...schedule.baselines import TracedOrder
 from ...simulate import simulate
 from ...transform.remat import Remat, recomputable
@@ -291,46 +292,14 @@ def realise(g: Graph, d: RematDecision) -> Realised:
         at[(x, 0)] = max([at[(x, 0)]] + [at[realises[m]] + 0.5 for m in g2.preds(x)
                                            if g2.nodes[m].kind != NodeKind.PLACEHOLDER])
     anchors = sorted((at[inst], v) for inst, v in primary.items())
-    order = _pull(g2, [v for _, v in anchors])
+    # the anchors in order, each preceded by its inputs not yet scheduled; then any op left (none)
+    order = pull_order(g2, [v for _, v in anchors] + [n.id for n in g2.ops()],
+                       lambda v: (p for p in g2.preds(v) if g2.nodes[p].kind != NodeKind.PLACEHOLDER),
+                       "the decision's schedule has a cycle")
     stats = {"recomputed": len(order) - len(ops),  # ops run more than once, duplicates included
              "duplicates": len(order) - len(primary),  # realisations beyond one per instance
              "moved_originals": sum(1 for k in orig.values() if k)}
     return Realised(g2, apps, order, stats)
-
-
-def _pull(g: Graph, anchors: list[int]) -> list[int]:
-    """``anchors`` in order, each preceded by its not yet scheduled inputs (depth first); then any
-    op left (there should be none)."""
-    done: set[int] = set()
-    out: list[int] = []
-    ops = [n.id for n in g.ops()]
-
-    def emit(root: int) -> None:
-        if root in done:
-            return
-        stack = [(root, iter(g.preds(root)))]
-        active = {root}
-        while stack:
-            v, it = stack[-1]
-            for p in it:
-                if p in done or g.nodes[p].kind == NodeKind.PLACEHOLDER:
-                    continue
-                if p in active:
-                    raise ValueError(f"cycle through {g.nodes[p].name!r}")
-                active.add(p)
-                stack.append((p, iter(g.preds(p))))
-                break
-            else:
-                stack.pop()
-                active.discard(v)
-                done.add(v)
-                out.append(v)
-
-    for a in anchors:
-        emit(a)
-    for v in ops:
-        emit(v)
-    return out
 
 
 # ---- plans -----------------------------------------------------------------------------------
