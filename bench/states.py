@@ -77,7 +77,7 @@ def state_bytes(states) -> float:
     tracemalloc.start()
     base = tracemalloc.get_traced_memory()[0]
     again = [MState(s.parent, Application(s.app.rule, tuple(list(s.app.params))), s.lo, s.hi,
-                    tuple(list(s.window)), s.peak, s.latency, s.hash, s.depth) for s in states]
+                    tuple(list(s.window)), dict(s.metrics), s.hash, s.depth) for s in states]
     held = tracemalloc.get_traced_memory()[0] - base
     tracemalloc.stop()
     del again

@@ -10,6 +10,7 @@ needs what the caller does not have, or refuses the graph, gives a failure that 
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -115,10 +116,12 @@ def run_method(name: str, g: Graph, cost: CostModel | None = None, *, time_budge
             return MethodRun(name, [], [Failure("all", "not run: it traces the model again, and only the graph "
                                                        "is at hand (give the model, e.g. a sample or MODEL.py:fn)")])
         options["model"] = model
+    t0 = time.perf_counter()
     why = m.refuse(g, cost, **options)
     if why is not None:
-        return MethodRun(name, [], [Failure("all", why)])
-    return m.run(g, cost, time_budget=time_budget, progress=progress, **options)
+        return MethodRun(name, [], [Failure("all", why)], time.perf_counter() - t0)
+    left = max(0.0, time_budget - (time.perf_counter() - t0))  # a size check counts against the budget
+    return m.run(g, cost, time_budget=left, progress=progress, **options)
 
 
 __all__ = ["METHODS", "PEER_FAMILIES", "Magis", "Method", "MethodRun", "Scheduled", "get_method", "methods_of",

@@ -43,9 +43,9 @@ MAX_VARS = 2_000_000
 BYTES_PER_VAR = 5.6e3
 
 
-def size(g, cost) -> int:
-    """Checkmate's R and S variables for ``g`` (the MILP has about as many again for frees and memory)."""
-    p = problem(g, cost)
+def size(p: Problem) -> int:
+    """Checkmate's R and S variables of problem ``p`` (the MILP has about as many again for frees and
+    memory)."""
     s = sum(p.need[(i, j)] - i for i in range(len(p.ids)) for j in range(len(p.outs[i])))
     return s + sum(p.need_op[i] - i for i in p.cand)
 
@@ -378,8 +378,10 @@ class Checkmate(Peer):
         """Too large to formulate: more than ``max_vars`` R/S variables (or ``max_nodes`` nodes)."""
         if max_nodes is not None and len(g) > max_nodes:
             return f"not attempted on {len(g)} nodes (> {max_nodes}; its MILP is quadratic in the ops)"
-        n = size(g, cost)
+        self._problem = (g, cost, problem(g, cost))  # ``_run`` takes it from here: built once
+        n = size(self._problem[2])
         if n > max_vars:
+            self._problem = None
             return (f"not attempted: {n / 1e6:.1f} M R/S variables (> {max_vars / 1e6:g} M; about "
                     f"{n * BYTES_PER_VAR / 1e9:.0f} GB to formulate)")
         return None
@@ -390,7 +392,9 @@ class Checkmate(Peer):
         t0 = time.perf_counter()
         time_limit = time_limit or time_budget / len(budgets)
         base = eager_peak(g, cost)
-        p = problem(g, cost)
+        last = getattr(self, "_problem", None)
+        p = last[2] if last is not None and last[0] is g and last[1] is cost else problem(g, cost)
+        self._problem = None
         plans, failures = [], []
         for b in budgets:
             label = f"budget {b:g}"
