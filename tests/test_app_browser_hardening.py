@@ -11,8 +11,7 @@ import time
 import pytest
 
 from core.ir import io
-from tests import test_app_browser as tb
-from tests.test_app_browser import (
+from tests.browser_helpers import (
     TIMEOUT,
     cy_eval,
     graph_token,
@@ -24,7 +23,6 @@ from tests.test_app_browser import (
     wait_ready,
 )
 
-server, browser, page = tb.server, tb.browser, tb.page  # the same fixtures (a server per module)
 pytestmark = [pytest.mark.browser]
 
 

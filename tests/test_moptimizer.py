@@ -22,7 +22,7 @@ from core.search.plan import (
     thin,
 )
 from core.simulate import simulate
-from tests.test_fission import mlp
+from tests.hand_graphs import mlp
 
 
 def _s(peak, latency):
