@@ -149,3 +149,33 @@ def graph_token(pg) -> str:
 def summary_model(pg) -> str:
     return pg.locator("#summary .card.model .card-value").inner_text().strip()
 
+
+# ---- a scheduler that runs until the test lets it finish ----------------------------------------------
+@contextmanager
+def held_scheduler(name: str):
+    """Registers scheduler ``name`` for the block: its ``order`` waits until the test sets
+    ``gate.release`` (at the latest when the block ends), then answers RPO's order; ``gate.started``
+    is set when a run begins.  Until the release the schedule is running, so a test checks what the
+    page does meanwhile by construction, not by timing it."""
+    from types import SimpleNamespace
+
+    from core.schedule import SCHEDULERS, Scheduler, get_scheduler
+
+    gate = SimpleNamespace(started=threading.Event(), release=threading.Event())
+
+    class Held(Scheduler):
+        def __init__(self, time_budget: float = 5.0) -> None:
+            self.budget = time_budget
+
+        def order(self, g):
+            gate.started.set()
+            gate.release.wait()
+            return get_scheduler("rpo").order(g)
+
+    Held.name = name
+    SCHEDULERS[name] = Held
+    try:
+        yield gate
+    finally:
+        gate.release.set()
+        SCHEDULERS.pop(name, None)

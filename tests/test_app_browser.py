@@ -10,15 +10,16 @@ from __future__ import annotations
 import gzip
 import json
 import re
-import time
 
 import pytest
 
 from tests.browser_helpers import (
+    TIMEOUT,
     _cy,
     card,
     cy_eval,
     graph_token,
+    held_scheduler,
     pick_dropdown,
     shot,
     summary_model,
@@ -251,35 +252,22 @@ def test_hotspot_row_selects_node(page, server):
 
 
 def test_slow_schedule_does_not_freeze_the_ui(page, server):
-    """A scheduler that takes seconds runs in the background: the curve says it is computing, the
-    graph stays usable meanwhile, and the overlay appears when it is done."""
-    from core.schedule import SCHEDULERS, Scheduler, get_scheduler
-
-    class SlowDemo(Scheduler):
-        name = "slow_demo"
-
-        def __init__(self, time_budget: float = 5.0) -> None:
-            self.budget = time_budget
-
-        def order(self, g):
-            time.sleep(4.0)
-            return get_scheduler("rpo").order(g)
-
-    SCHEDULERS["slow_demo"] = SlowDemo
-    try:
+    """A scheduler that has not finished runs in the background: the curve says it is computing, the
+    graph stays usable meanwhile, and the overlay appears when it is done.  The scheduler runs until
+    the test releases it, so "meanwhile" holds by construction: a callback that waited for it would
+    never answer, and the page waits below would fail."""
+    with held_scheduler("slow_demo") as gate:
         page.reload()
         wait_ready(page)
         page.locator("#compare").get_by_text("slow_demo", exact=True).click()
-        t0 = time.time()
         page.wait_for_function("() => document.querySelector('#mem-status')?.innerText.includes('computing slow_demo')")
-        assert time.time() - t0 < 3.5
+        assert gate.started.wait(TIMEOUT / 1000)  # it runs, in the background
         before = cy_eval(page, "graph", "cy.nodes().length")
         tap(page, "graph", "n.hasClass('group') && n.data('members') > 3")
         page.wait_for_function(_cy(f"cy.nodes().length > {before}"), arg=["graph", None])
         assert "computing slow_demo" in page.locator("#mem-status").inner_text()  # still running
+        gate.release.set()
         page.wait_for_function("() => (document.querySelector('#memory .legend')?.textContent || '')"
                                ".includes('slow_demo (peak')")
         assert page.locator("#mem-status").inner_text().strip() == ""
         shot(page, "app_slow_schedule")
-    finally:
-        SCHEDULERS.pop("slow_demo", None)
