@@ -5,7 +5,8 @@ on the sample named by the module's ``APP_SAMPLE`` (default ``bert_tiny``), afte
 ``app_setup(app)`` if it has one; ``browser`` is headless Chromium (one per module); ``page`` a fresh
 page on the server, returned once the module's ``page_ready(page)`` (default: summary, memory curve
 and laid-out graph shown) holds.  Their building blocks and the page helpers are in
-``tests/browser_helpers.py``.
+``tests/browser_helpers.py``.  A test that asks for ``browser`` or ``page`` is marked ``browser`` here
+too, so ``-m "not browser"`` (``make test-fast``) never starts Chromium.
 """
 
 from __future__ import annotations
@@ -13,6 +14,15 @@ from __future__ import annotations
 import pytest
 
 from tests.browser_helpers import chromium, opened, serving
+
+CHROMIUM_FIXTURES = {"browser", "page"}
+
+
+@pytest.hookimpl(tryfirst=True)  # before ``-m`` selects by marker
+def pytest_collection_modifyitems(items) -> None:
+    for item in items:
+        if CHROMIUM_FIXTURES & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.browser)
 
 
 @pytest.fixture(scope="module")
