@@ -1,6 +1,7 @@
 # Two commands on a fresh machine:
 #   make run   - create .venv if missing, install the project, launch the app on a built-in sample
 #   make test  - same set-up plus test dependencies and Chromium, then the whole test suite
+#   make test-fast - the set-up of make test but Chromium, then all but the slow and browser tests
 PY ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
@@ -10,7 +11,7 @@ SAMPLE ?= bert_tiny
 export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 
-.PHONY: run test install install-test browser bench graphs frontiers lint clean
+.PHONY: run test test-fast install install-test browser bench graphs frontiers lint clean
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -39,6 +40,9 @@ run: install
 
 test: install-test browser
 	$(BIN)/python -m pytest -q
+
+test-fast: install-test
+	$(BIN)/python -m pytest -q -m "not slow and not browser"
 
 bench: install
 	$(BIN)/python bench/workloads.py --all-devices

@@ -1,8 +1,8 @@
 """The web app in headless Chromium (playwright): load, pick a sample, click ops in the graph and the
 dominator tree, hover and click the memory curve, switch schedules, and survive bad uploads.
 
-The app is served from a thread (werkzeug ``make_server`` on 127.0.0.1, a free port); screenshots go
-to ``test-artifacts/``.  Skipped (with the reason) only when /usr/bin/chromium is missing.
+The app is served from a thread (werkzeug ``make_server`` on 127.0.0.1, a free port; the fixtures are
+in ``conftest.py``); screenshots go to ``test-artifacts/``.
 """
 
 from __future__ import annotations
@@ -10,187 +10,41 @@ from __future__ import annotations
 import gzip
 import json
 import re
-import threading
-import time
-from contextlib import contextmanager
-from pathlib import Path
 
 import pytest
 
-CHROMIUM = "/usr/bin/chromium"
-FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-         "--disable-component-update", "--disable-sync", "--no-first-run", "--disable-quic",
-         "--window-size=1280,900"]
-ARTIFACTS = Path(__file__).resolve().parents[1] / "test-artifacts"
-TIMEOUT = 60_000  # ms: the CI machine may be busy
+from tests.browser_helpers import (
+    TIMEOUT,
+    _cy,
+    card,
+    cy_eval,
+    graph_token,
+    held_scheduler,
+    pick_dropdown,
+    shot,
+    summary_model,
+    tap,
+    wait_cy_stable,
+    wait_ready,
+)
 
 pytestmark = [pytest.mark.browser]
 
-# JS: the cytoscape instance inside the element with id ``id`` (dash-cytoscape keeps it in ``_cyreg``)
-CY = """(id) => { const root = document.getElementById(id); if (!root) return null;
-  const el = [root, ...root.querySelectorAll('*')].find(e => e._cyreg && e._cyreg.cy);
-  return el ? el._cyreg.cy : null; }"""
+
+# ---- the sample whose schedules differ in peak (asked of core, asserted, not assumed) ----------------
+SWITCH_SAMPLE, SWITCH_SCHEDULE = "btlm_tiny", "rpo"  # traced 375,588 B, RPO 386,852 B
 
 
-def _cy(js: str) -> str:
-    """Wrap ``js`` (an expression using ``cy`` and ``arg``) into a page function of [id, arg]."""
-    return f"([id, arg]) => {{ const cy = ({CY})(id); if (!cy) return null; return ({js}); }}"
-
-
-# ---- fixtures (and their building blocks, shared by the other browser test files) ----------------
-@contextmanager
-def serving(sample: str, setup=None):
-    """The app on ``sample`` served from a thread on a free port: yields (url, app).  ``setup(app)``
-    runs before the first request.  Skips (with the reason) when Chromium is missing."""
-    if not Path(CHROMIUM).exists():
-        pytest.skip(f"{CHROMIUM} is not installed (apt-get install -y chromium chromium-driver)")
-    from werkzeug.serving import make_server
-
-    from app.main import create_app
-
-    app = create_app(initial_sample=sample)
-    if setup is not None:
-        setup(app)
-    srv = make_server("127.0.0.1", 0, app.server, threaded=True)
-    thread = threading.Thread(target=srv.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{srv.server_port}/", app
-    finally:
-        srv.shutdown()
-        app.magis_state.shutdown()
-
-
-@contextmanager
-def chromium():
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as p:
-        b = p.chromium.launch(executable_path=CHROMIUM, args=FLAGS, headless=True)
-        try:
-            yield b
-        finally:
-            b.close()
-
-
-@contextmanager
-def opened(browser, url: str, ready=None, **context):
-    """A fresh page on ``url`` once ``ready(page)`` (default ``wait_ready``) holds; its JavaScript
-    errors collect in ``page.js_errors``."""
-    ctx = browser.new_context(viewport={"width": 1400, "height": 1000}, **context)
-    pg = ctx.new_page()
-    pg.set_default_timeout(TIMEOUT)
-    errors: list[str] = []
-    pg.on("pageerror", lambda e: errors.append(str(e)))
-    pg.goto(url)
-    (ready or wait_ready)(pg)
-    pg.js_errors = errors
-    try:
-        yield pg
-    finally:
-        ctx.close()
-
-
-@pytest.fixture(scope="module")
-def server():
-    with serving("bert_tiny") as s:
-        yield s
-
-
-@pytest.fixture(scope="module")
-def browser(server):
-    with chromium() as b:
-        yield b
-
-
-@pytest.fixture
-def page(browser, server):
-    with opened(browser, server[0]) as pg:
-        yield pg
-
-
-# ---- helpers --------------------------------------------------------------------------------------
-def shot(pg, name: str) -> None:
-    ARTIFACTS.mkdir(exist_ok=True)
-    pg.screenshot(path=str(ARTIFACTS / f"{name}.png"), full_page=True)
-
-
-def cy_eval(pg, elem: str, js: str, arg=None):
-    return pg.evaluate(_cy(js), [elem, arg])
-
-
-def wait_cy_stable(pg, elem: str, min_nodes: int = 1) -> None:
-    """Wait until the cytoscape view has nodes and its layout has settled."""
-    pg.wait_for_function(_cy(f"cy.nodes().length >= {min_nodes}"), arg=[elem, None], timeout=TIMEOUT)
-    snap = _cy("cy.nodes().map(n => n.id() + ':' + Math.round(n.position('x')) + ',' + "
-               "Math.round(n.position('y'))).join('|')")
-    last, deadline = None, time.time() + TIMEOUT / 1000
-    while time.time() < deadline:
-        cur = pg.evaluate(snap, [elem, None])
-        if cur == last:
-            return
-        last = cur
-        pg.wait_for_timeout(350)
-    raise AssertionError(f"{elem} layout never settled")
-
-
-def wait_ready(pg) -> None:
-    pg.wait_for_selector("#summary .card", timeout=TIMEOUT)
-    pg.wait_for_selector("#memory .scatterlayer .trace", timeout=TIMEOUT)
-    wait_cy_stable(pg, "graph")
-
-
-def tap(pg, elem: str, filter_js: str) -> dict:
-    """Click (with the real mouse) the first node of cytoscape ``elem`` matching the JS predicate
-    ``filter_js`` over ``n`` (a cytoscape node); returns the node's data."""
-    pg.locator(f"#{elem}").scroll_into_view_if_needed()
-    found = cy_eval(pg, elem, f"""(() => {{
-        const n = cy.nodes().filter(n => ({filter_js}))[0];
-        if (!n) return null;
-        cy.center(n);
-        const p = n.renderedPosition();
-        const root = cy.container().getBoundingClientRect();
-        return {{x: root.left + p.x, y: root.top + p.y, data: n.data()}};
-    }})()""")
-    assert found is not None, f"no node in #{elem} matches {filter_js}"
-    pg.mouse.click(found["x"], found["y"])
-    return found["data"]
-
-
-def card(pg, id_: str) -> str:
-    return pg.locator(f"#{id_}").inner_text().strip()
-
-
-def pick_dropdown(pg, dd_id: str, label_re: str) -> None:
-    pg.locator(f"#{dd_id}").click()
-    opt = pg.get_by_role("option", name=re.compile(label_re))
-    opt.first.click()
-
-
-def graph_token(pg) -> str:
-    return cy_eval(pg, "graph", "cy.nodes().length ? cy.nodes()[0].id().split('-')[0] : ''")
-
-
-def summary_model(pg) -> str:
-    return pg.locator("#summary .card.model .card-value").inner_text().strip()
-
-
-# ---- which sample / schedule shows a different peak (asked of core, not assumed) ----------------
 def differing_schedule(app) -> tuple[str, str, int, int]:
-    from app.state import sample_names
-
+    """(sample, schedule, traced peak, that schedule's peak) for a sample whose RPO order peaks
+    higher than its traced one (btlm_tiny: its graph file is committed and both orders are
+    deterministic)."""
     state = app.magis_state
-    names = [n for n in ("btlm_tiny", "bert_tiny", "gpt_neo_tiny", "vit_tiny", "resnet50_tiny")
-             if n in sample_names()]
-    for name in names:
-        gid = f"sample:{name}"
-        base = state.schedule(gid, "traced").peak
-        for sched in ("rpo", "random"):
-            if sched in state.schedules():
-                s = state.schedule(gid, sched, wait=60)
-                if s is not None and s.peak != base:
-                    return name, sched, base, s.peak
-    pytest.skip("no tiny sample has a schedule whose peak differs from the traced order")
+    gid = f"sample:{SWITCH_SAMPLE}"
+    base = state.schedule(gid, "traced").peak
+    other = state.schedule(gid, SWITCH_SCHEDULE).peak
+    assert other != base, f"{SWITCH_SAMPLE}: traced and {SWITCH_SCHEDULE} orders have the same peak"
+    return SWITCH_SAMPLE, SWITCH_SCHEDULE, base, other
 
 
 # ---- tests ----------------------------------------------------------------------------------------
@@ -207,11 +61,12 @@ def test_loads_with_summary_graph_and_memory(page, server):
     assert page.locator("#hotspots tbody tr").count() > 1
     from app import bundle
 
-    if bundle.BUNDLE.exists():  # the chart was drawn by the smaller basic bundle, same version
-        assert page.evaluate("() => window.Plotly.version") == bundle.wanted_version()
-        loaded = page.evaluate("() => performance.getEntriesByType('resource').map(e => e.name)")
-        assert any("plotly-basic.min.js" in u for u in loaded)
-        assert not any(u.split("?")[0].endswith("/plotly.min.js") for u in loaded)  # the full one
+    assert bundle.BUNDLE.exists(), "make install fetches it (python -m app.bundle)"
+    # the chart was drawn by the smaller basic bundle, same version
+    assert page.evaluate("() => window.Plotly.version") == bundle.wanted_version()
+    loaded = page.evaluate("() => performance.getEntriesByType('resource').map(e => e.name)")
+    assert any("plotly-basic.min.js" in u for u in loaded)
+    assert not any(u.split("?")[0].endswith("/plotly.min.js") for u in loaded)  # the full one
     shot(page, "app_loaded")
     assert not page.js_errors, page.js_errors
 
@@ -396,35 +251,22 @@ def test_hotspot_row_selects_node(page, server):
 
 
 def test_slow_schedule_does_not_freeze_the_ui(page, server):
-    """A scheduler that takes seconds runs in the background: the curve says it is computing, the
-    graph stays usable meanwhile, and the overlay appears when it is done."""
-    from core.schedule import SCHEDULERS, Scheduler, get_scheduler
-
-    class SlowDemo(Scheduler):
-        name = "slow_demo"
-
-        def __init__(self, time_budget: float = 5.0) -> None:
-            self.budget = time_budget
-
-        def order(self, g):
-            time.sleep(4.0)
-            return get_scheduler("rpo").order(g)
-
-    SCHEDULERS["slow_demo"] = SlowDemo
-    try:
+    """A scheduler that has not finished runs in the background: the curve says it is computing, the
+    graph stays usable meanwhile, and the overlay appears when it is done.  The scheduler runs until
+    the test releases it, so "meanwhile" holds by construction: a callback that waited for it would
+    never answer, and the page waits below would fail."""
+    with held_scheduler("slow_demo") as gate:
         page.reload()
         wait_ready(page)
         page.locator("#compare").get_by_text("slow_demo", exact=True).click()
-        t0 = time.time()
         page.wait_for_function("() => document.querySelector('#mem-status')?.innerText.includes('computing slow_demo')")
-        assert time.time() - t0 < 3.5
+        assert gate.started.wait(TIMEOUT / 1000)  # it runs, in the background
         before = cy_eval(page, "graph", "cy.nodes().length")
         tap(page, "graph", "n.hasClass('group') && n.data('members') > 3")
         page.wait_for_function(_cy(f"cy.nodes().length > {before}"), arg=["graph", None])
         assert "computing slow_demo" in page.locator("#mem-status").inner_text()  # still running
+        gate.release.set()
         page.wait_for_function("() => (document.querySelector('#memory .legend')?.textContent || '')"
                                ".includes('slow_demo (peak')")
         assert page.locator("#mem-status").inner_text().strip() == ""
         shot(page, "app_slow_schedule")
-    finally:
-        SCHEDULERS.pop("slow_demo", None)

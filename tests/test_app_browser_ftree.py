@@ -3,7 +3,6 @@ node with the mouse, and see its details and its sub-graph S outlined in the com
 
 The app (``fig6_ftree``: a small F-Tree, and a precomputed frontier with a point that enables one of
 its nodes) is served from a thread; the screenshot goes to ``test-artifacts/app_ftree.png``.
-Skipped (with the reason) only when /usr/bin/chromium is missing.
 """
 
 from __future__ import annotations
@@ -12,46 +11,25 @@ import time
 
 import pytest
 
-from tests.test_app_browser import (
+from tests.browser_helpers import (
     ARTIFACTS,
     TIMEOUT,
     _cy,
-    chromium,
     cy_eval,
-    opened,
-    serving,
     tap,
     wait_cy_stable,
 )
 
-GID = "sample:fig6_ftree"
+APP_SAMPLE = "fig6_ftree"  # the module's server (conftest.py)
+GID = f"sample:{APP_SAMPLE}"
 FTREE = ("fission", "lift", "mutate", "disable")
 
 pytestmark = [pytest.mark.browser]
 
 
-def _ready(pg) -> None:
+def page_ready(pg) -> None:  # the module's pages (conftest.py) are ready once this holds
     pg.wait_for_selector("#summary .card", timeout=TIMEOUT)
     wait_cy_stable(pg, "graph")
-
-
-# ---- fixtures -------------------------------------------------------------------------------------
-@pytest.fixture(scope="module")
-def server():
-    with serving("fig6_ftree") as s:
-        yield s
-
-
-@pytest.fixture(scope="module")
-def browser(server):
-    with chromium() as b:
-        yield b
-
-
-@pytest.fixture
-def page(browser, server):
-    with opened(browser, server[0], ready=_ready) as pg:
-        yield pg
 
 
 # ---- the test -------------------------------------------------------------------------------------

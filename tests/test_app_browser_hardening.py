@@ -1,21 +1,22 @@
 """The app in headless Chromium against hostile and careless use: a hostile upload then a sample
-leaves no stale panel, files of any extension get a message, a second session stays responsive while
-the first waits on a slow schedule (measured), and the graph opens legible (screenshots in
-``test-artifacts/``)."""
+leaves no stale panel, files of any extension get a message, a second session is served while the
+first waits on a schedule that has not finished, a running search stops at the button, and the graph
+opens legible (screenshots in ``test-artifacts/``)."""
 
 from __future__ import annotations
 
 import json
-import time
+import math
 
 import pytest
 
+from core.fmt import format_bytes
 from core.ir import io
-from tests import test_app_browser as tb
-from tests.test_app_browser import (
+from tests.browser_helpers import (
     TIMEOUT,
     cy_eval,
     graph_token,
+    held_scheduler,
     pick_dropdown,
     shot,
     summary_model,
@@ -24,7 +25,6 @@ from tests.test_app_browser import (
     wait_ready,
 )
 
-server, browser, page = tb.server, tb.browser, tb.page  # the same fixtures (a server per module)
 pytestmark = [pytest.mark.browser]
 
 
@@ -92,52 +92,41 @@ def test_any_extension_gets_a_message(page):
 
 
 def test_second_session_stays_responsive_during_a_slow_schedule(browser, server):
-    """Session 1 uploads a graph and asks for a schedule that takes 20 s; session 2 opens a sample
-    meanwhile and must see it in seconds (measured and printed)."""
-    from core.schedule import SCHEDULERS, Scheduler, get_scheduler
-
-    url, app = server
-
-    class SlowDemo(Scheduler):
-        name = "slow_demo"
-
-        def __init__(self, time_budget: float = 5.0) -> None:
-            self.budget = time_budget
-
-        def order(self, g):
-            time.sleep(20.0)
-            return get_scheduler("rpo").order(g)
-
-    SCHEDULERS["slow_demo"] = SlowDemo
+    """Session 1 uploads a graph and asks for a schedule that runs until the test releases it; session
+    2 opens the page and a sample meanwhile and must see it all while session 1's schedule is still
+    running (a server that made session 2 wait for it would never answer: the waits would fail);
+    released, session 1's curve appears.  ``bench/app_timing.py`` times the app's interactions."""
+    url, _app = server
     ctx1 = browser.new_context(viewport={"width": 1400, "height": 1000})
     ctx2 = browser.new_context(viewport={"width": 1400, "height": 1000})
     try:
-        p1 = ctx1.new_page()
-        p1.set_default_timeout(TIMEOUT)
-        p1.goto(url)
-        wait_ready(p1)
-        upload(p1, "big.json", good_graph_bytes())
-        wait_message(p1, "ok", "big.json")
-        pick_dropdown(p1, "schedule", r"^slow_demo$")
-        p1.wait_for_function("() => (document.querySelector('#messages')?.innerText || '')"
-                             ".includes('still being computed') || "
-                             "(document.querySelector('#mem-status')?.innerText || '').includes('slow_demo')")
-        p2 = ctx2.new_page()
-        p2.set_default_timeout(TIMEOUT)
-        t0 = time.perf_counter()
-        p2.goto(url)
-        wait_ready(p2)
-        pick_dropdown(p2, "model", r"^resnet50_tiny$")
-        p2.wait_for_function("() => document.querySelector('#summary .card.model .card-value')"
-                             "?.innerText.trim() === 'resnet50_tiny'")
-        p2.wait_for_selector("#memory .scatterlayer .trace")
-        seconds = time.perf_counter() - t0
-        print(f"\nsecond session: page + resnet50_tiny shown in {seconds:.2f} s while a 20 s schedule runs")
-        assert seconds < 15.0
+        with held_scheduler("slow_demo") as gate:
+            p1 = ctx1.new_page()
+            p1.set_default_timeout(TIMEOUT)
+            p1.goto(url)
+            wait_ready(p1)
+            upload(p1, "big.json", good_graph_bytes())
+            wait_message(p1, "ok", "big.json")
+            pick_dropdown(p1, "schedule", r"^slow_demo$")
+            p1.wait_for_function("() => (document.querySelector('#messages')?.innerText || '')"
+                                 ".includes('still being computed') || "
+                                 "(document.querySelector('#mem-status')?.innerText || '').includes('slow_demo')")
+            assert gate.started.wait(TIMEOUT / 1000)  # session 1's schedule is running
+            p2 = ctx2.new_page()
+            p2.set_default_timeout(TIMEOUT)
+            p2.goto(url)
+            wait_ready(p2)
+            pick_dropdown(p2, "model", r"^resnet50_tiny$")
+            p2.wait_for_function("() => document.querySelector('#summary .card.model .card-value')"
+                                 "?.innerText.trim() === 'resnet50_tiny'")
+            p2.wait_for_selector("#memory .scatterlayer .trace")
+            # all of session 2 was served while session 1's schedule was held
+            gate.release.set()
+            p1.wait_for_function("() => (document.querySelector('#memory .legend')?.textContent || '')"
+                                 ".includes('slow_demo total (peak')")
     finally:
         ctx1.close()
         ctx2.close()
-        SCHEDULERS.pop("slow_demo", None)
 
 
 def test_graph_opens_legible_with_arrows_and_smooth_zoom(page):
@@ -164,12 +153,14 @@ def test_graph_opens_legible_with_arrows_and_smooth_zoom(page):
 
 
 def test_stop_ends_a_running_search_and_keeps_its_best_order(page, server):
-    """A 40 s schedule search on the resnet50 sample is stopped with the button that appears while it
-    runs; its best order so far is drawn within seconds (measured and printed)."""
+    """A schedule search on the resnet50 sample, with no time limit (alone it runs to the end of its
+    DP, ~700k states), is stopped with the button that appears while it runs: the search ends at the
+    stop (its DP reports being cut, which without a time limit only the stop does), the button goes
+    and its best order so far is drawn."""
     _url, app = server
     state = app.magis_state
     saved = (state.time_budget, state.min_budget)
-    state.time_budget = state.min_budget = 40.0
+    state.time_budget = state.min_budget = math.inf
     try:
         pick_dropdown(page, "model", r"^resnet50\s+\(full size")
         page.wait_for_function("() => document.querySelector('#summary .card.model .card-value')"
@@ -177,16 +168,15 @@ def test_stop_ends_a_running_search_and_keeps_its_best_order(page, server):
         pick_dropdown(page, "schedule", r"^serenity$")
         page.wait_for_selector("#stop-schedule", state="visible")
         assert "computing" in page.locator("#mem-status").inner_text()
-        t0 = time.perf_counter()
         page.locator("#stop-schedule").click()
         wait_message(page, "info", "keeps the best")
         page.wait_for_selector("#stop-schedule", state="hidden")
         page.wait_for_function("() => !(document.querySelector('#mem-status')?.innerText || '').includes('computing')")
-        seconds = time.perf_counter() - t0
         shot(page, "hardening_stopped_search")
-        print(f"\nstopped a 40 s serenity search on resnet50: its best order drawn {seconds:.2f} s after the click")
-        assert seconds < 12.0
         key = state.analysis("sample:resnet50", "serenity", wait=0)
         assert key is not None and key.schedule.info.get("stopped") == "by the user"
+        assert key.schedule.info["timed_out"], key.schedule.info  # cut short: by the stop, there is no limit
+        page.wait_for_function("(v) => document.querySelector('#schedule-peak')?.innerText.trim() === v",
+                               arg=format_bytes(key.schedule.peak))  # its best order is the one drawn
     finally:
         state.time_budget, state.min_budget = saved

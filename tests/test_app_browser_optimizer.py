@@ -11,10 +11,10 @@ import time
 
 import pytest
 
-from tests.test_app_browser import TIMEOUT, _cy, chromium, opened, serving, shot, wait_ready
+from tests.browser_helpers import TIMEOUT, _cy, opened, shot, wait_ready
 
 pytestmark = [pytest.mark.browser]
-SAMPLE = "fig6_ftree"
+APP_SAMPLE = SAMPLE = "fig6_ftree"  # the module's server (conftest.py)
 
 
 def _ready(pg) -> None:
@@ -22,20 +22,8 @@ def _ready(pg) -> None:
     pg.wait_for_selector("#plan-cards .card", timeout=TIMEOUT)
 
 
-@pytest.fixture(scope="module")
-def server():
-    with serving(SAMPLE) as s:
-        yield s
-
-
-@pytest.fixture(scope="module")
-def browser(server):
-    with chromium() as b:
-        yield b
-
-
 @pytest.fixture
-def page(browser, server):
+def page(browser, server):  # as conftest.py's, and no JavaScript errors by the end
     with opened(browser, server[0], ready=_ready) as pg:
         yield pg
         assert not pg.js_errors, pg.js_errors

@@ -1,5 +1,5 @@
 """The Swaps and Export tabs in headless Chromium (playwright), on fig2_skip with a plan that swaps
-one tensor (made by hand, ``test_app_swaps_export.hand_swap_plans``, installed as the frontier
+one tensor (made by hand, ``tests/swap_plans.py``, installed as the frontier
 before the page loads): the point is selected in the ``plan`` store, the Swaps tab draws
 its STORE and LOAD bars, and the Export tab downloads the script and the plan file and verifies the
 plan against eager PyTorch.  Screenshots go to ``test-artifacts/``."""
@@ -10,33 +10,19 @@ from pathlib import Path
 
 import pytest
 
-from tests.test_app_browser import chromium, opened, serving, shot
-from tests.test_app_swaps_export import GID, install_hand_swap
+from tests.browser_helpers import shot
+from tests.swap_plans import GID, install_hand_swap
 
 pytestmark = [pytest.mark.browser]
 VERIFY_TIMEOUT = 120_000  # ms: the eager run and the script on the CPU (a few seconds on an idle machine)
 
 
-@pytest.fixture(scope="module")
-def server():
-    from app.state import sample_file_exists
-
-    if not sample_file_exists("fig2_skip"):
-        pytest.skip("sample graph file for fig2_skip not generated (make graphs)")
-    with serving("fig2_skip", setup=lambda app: install_hand_swap(app.magis_state)) as s:
-        yield s
+APP_SAMPLE = "fig2_skip"  # the module's server and pages (conftest.py)
+PAGE_CONTEXT = {"accept_downloads": True}
 
 
-@pytest.fixture(scope="module")
-def browser(server):
-    with chromium() as b:
-        yield b
-
-
-@pytest.fixture
-def page(browser, server):
-    with opened(browser, server[0], accept_downloads=True) as pg:
-        yield pg
+def app_setup(app) -> None:
+    install_hand_swap(app.magis_state)
 
 
 def open_tab(pg, label: str) -> None:

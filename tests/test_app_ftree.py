@@ -8,8 +8,6 @@ roots, so its view hangs them under a synthetic "F-Tree" node.
 
 from __future__ import annotations
 
-import time
-
 import pytest
 
 from app.ftree_view import (
@@ -210,7 +208,8 @@ def test_cache_reports_a_failed_build_once_and_retries():
     cache = FTreeCache(entry)
     with pytest.raises(AppError, match="no longer in memory"):
         cache.get("upload:x", wait=10)
-    t0 = time.perf_counter()
-    with pytest.raises(AppError):
+    # the next request builds again and reports that build's failure (a request still waiting on a
+    # build returns None instead of raising)
+    with pytest.raises(AppError, match="no longer in memory"):
         cache.get("upload:x", wait=10)
-    assert len(calls) == 2 and time.perf_counter() - t0 < 5
+    assert calls == ["upload:x", "upload:x"]

@@ -14,53 +14,15 @@ import pytest
 from app import export_view, swaps_view
 from app.figures import fmt_seconds
 from app.state import AppState, sample_file_exists
-from core.cost import AnalyticCost
 from core.fmt import format_bytes
-from core.ir.graph import Graph, NodeKind
-from core.schedule import get_scheduler
-from core.search.plan import Plan, PlanFile, plans_from_bytes, replay
-from core.search.wl_hash import graph_hash
-from core.simulate import simulate
-from core.transform.registry import RULES
-
-GID = "sample:fig2_skip"
-
-
-def hand_swap_plans(g: Graph, device: str) -> PlanFile:
-    """Point 0: the traced order with one Swap -- the hot-spot tensor with the most steps between
-    it and its reader -- its STORE right after the producer and its LOAD right before the reader;
-    point 1: the traced order (eager)."""
-    cost = AnalyticCost(device)
-    order = get_scheduler("traced").run(g).order
-    sim = simulate(g, order, cost)
-    hot = [s.root for s in sim.hotspots() if s.alloc >= 0 and not s.scratch]
-    pos = {v: i for i, v in enumerate(order)}
-    app = max(RULES["swap"].match(g, hot), key=lambda a: (pos[a.params[2]] - pos[a.params[0]], a.params))
-    h = g.copy()
-    added = RULES["swap"].apply(h, app).added()
-    (store,) = [v for v in added if h.nodes[v].kind == NodeKind.STORE]
-    (load,) = [v for v in added if h.nodes[v].kind == NodeKind.LOAD]
-    a, _j, b = app.params
-    o = list(order)
-    o.insert(o.index(a) + 1, store)
-    o.insert(o.index(b), load)
-    s2 = simulate(h, o, cost)
-    return PlanFile(g.name, graph_hash(g), device, [
-        Plan("magis", [app], o, s2.metrics(), label="hand swap"),
-        Plan("eager", [], order, sim.metrics(), label="traced order"),
-    ])
-
-
-def install_hand_swap(state: AppState, gid: str = GID):
-    g = state.entry(gid).graph
-    device = state.plans.frontier(gid).device
-    return state.plans.set_frontier(gid, hand_swap_plans(g, device), "test: one swap by hand")
+from core.ir.graph import NodeKind
+from core.search.plan import plans_from_bytes, replay
+from tests.swap_plans import GID, install_hand_swap
 
 
 @pytest.fixture(scope="module")
 def state():
-    if not sample_file_exists("fig2_skip"):
-        pytest.skip("sample graph file for fig2_skip not generated (make graphs)")
+    assert sample_file_exists("fig2_skip")  # committed with the samples
     s = AppState(time_budget=1.0)
     yield s
     s.shutdown()

@@ -15,7 +15,7 @@ from core.transform.fission import Fission
 from core.transform.ftree_rules import FTreeMutations
 from core.transform.registry import get_rule
 from core.transform.rule import Application
-from tests.test_fission import mlp, run_mlp_script
+from tests.hand_graphs import mlp, run_mlp_script
 
 
 def _tree():

@@ -1,5 +1,5 @@
 """Malformed and hostile graph files: ``magis info`` rejects each with exit status 2 and one line that
-names the file -- never a traceback -- within bounded time and memory; a file it accepts never
+names the file -- never a traceback -- within bounded CPU time and memory; a file it accepts never
 raises downstream (analysis, every scheduler, simulation, export).
 
 The corpus (``tests/malformed.py``) covers the categories of problems; every file runs in its own
@@ -25,13 +25,16 @@ from core.ir.graph import GraphError
 from tests.malformed import ACCEPTED, MIXED, _dump, base_graph, write_corpus
 
 ROOT = Path(__file__).resolve().parents[1]
-MAX_SECONDS = 20.0  # per file, on a busy 2-core CI machine (the worst measured is ~1 s)
+CPU_LIMIT = 20  # CPU seconds per file: the runner's RLIMIT_CPU kills a child over it (the worst measured is ~1 s)
 MAX_RSS_KIB = 1024 * 1024  # per file (the worst measured is ~300 MiB; the child's limit is 3 GiB)
 
 
-def run_files(files: list[Path]) -> tuple[int, list[dict]]:
-    """(baseline RSS in KiB, one result per file) from ``tests/fuzz_runner.py``."""
+def run_files(files: list[Path], cpu_limit: int | None = None) -> tuple[int, list[dict]]:
+    """(baseline RSS in KiB, one result per file) from ``tests/fuzz_runner.py``; ``cpu_limit``: CPU
+    seconds each file may take (default the runner's)."""
     env = dict(os.environ, PYTHONPATH=str(ROOT), OPENBLAS_NUM_THREADS="1")
+    if cpu_limit is not None:
+        env["MAGIS_FUZZ_CPU_LIMIT"] = str(cpu_limit)
     proc = subprocess.run([sys.executable, str(ROOT / "tests" / "fuzz_runner.py"), *map(str, files)],
                           capture_output=True, text=True, timeout=600, env=env, cwd=ROOT)
     assert proc.returncode == 0, proc.stderr[-2000:]
@@ -43,7 +46,7 @@ def run_files(files: list[Path]) -> tuple[int, list[dict]]:
 def results(tmp_path_factory) -> dict[str, list[dict]]:
     corpus = write_corpus(tmp_path_factory.mktemp("corpus"))
     files = [p for ps in corpus.values() for p in ps]
-    _, rows = run_files(files)
+    _, rows = run_files(files, cpu_limit=CPU_LIMIT)
     cat_of = {str(p): c for c, ps in corpus.items() for p in ps}
     out: dict[str, list[dict]] = {}
     for r in rows:
@@ -93,11 +96,14 @@ def test_hostile_names_are_accepted_and_printed_escaped(results):
     assert "\\x1b[31mRED" in ansi["stdout"]
 
 
-def test_time_and_memory_are_bounded(results):
+def test_work_and_memory_are_bounded(results):
+    """No file's check runs past ``CPU_LIMIT`` CPU seconds (the kernel kills a child there, SIGXCPU:
+    CPU time, which a busy machine does not stretch as it does wall time; ``python bench/fuzz_files.py``
+    prints the wall times), and each stays under ``MAX_RSS_KIB``."""
     rows = [r for rs in results.values() for r in rs]
-    worst_t = max(rows, key=lambda r: r["seconds"])
+    killed = [(r["file"], r["code"]) for r in rows if r["code"] < 0]
+    assert not killed, killed
     worst_m = max(rows, key=lambda r: r["rss_kib"])
-    assert worst_t["seconds"] < MAX_SECONDS, worst_t["file"]
     assert worst_m["rss_kib"] < MAX_RSS_KIB, worst_m["file"]
     bomb = next(r for r in results["size"] if "bomb-200MiB" in r["file"])
     assert bomb["rss_kib"] < 256 * 1024  # refused while inflating, not after

@@ -8,7 +8,7 @@ from core.search.greedy import greedy_fission, greedy_remat, greedy_swap
 from core.simulate import simulate
 from core.transform.registry import RULES
 from sample_graphs.store import load_sample_graph
-from tests.test_fission import mlp
+from tests.hand_graphs import mlp
 
 
 def replay(g, apps):

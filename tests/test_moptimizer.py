@@ -23,7 +23,7 @@ from core.search.plan import (
     thin,
 )
 from core.simulate import simulate
-from tests.test_fission import mlp
+from tests.hand_graphs import mlp
 
 
 def _m(peak, latency):

@@ -123,7 +123,8 @@ def test_ray_missing_is_one_line(tmp_path, monkeypatch, capsys):
 def test_ray_runner_on_a_local_instance(local, tmp_path):
     """The same sweep as Ray tasks on a local two-CPU instance: the same rows (jobs, graphs, eager
     peaks, resolved limits) and plans that load onto their graphs."""
-    ray = pytest.importorskip("ray", reason="Ray is not installed (pip install 'magis-studio[ray]')")
+    import ray  # a test dependency (the test extra installs it)
+
     _, base, _ = local
     ray.init(num_cpus=2, include_dashboard=False, logging_level="warning")
     try:

@@ -1,0 +1,48 @@
+"""Fixtures shared by the test files.
+
+Browser tests (``pytest.mark.browser``): ``server`` serves the app from a thread, one per test module,
+on the sample named by the module's ``APP_SAMPLE`` (default ``bert_tiny``), after the module's
+``app_setup(app)`` if it has one; ``browser`` is headless Chromium (one per module); ``page`` a fresh
+page on the server, returned once the module's ``page_ready(page)`` (default: summary, memory curve
+and laid-out graph shown) holds.  Their building blocks and the page helpers are in
+``tests/browser_helpers.py``.  A test that asks for ``browser`` or ``page`` is marked ``browser`` here
+too, so ``-m "not browser"`` (``make test-fast``) never starts Chromium.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.browser_helpers import chromium, opened, serving
+
+CHROMIUM_FIXTURES = {"browser", "page"}
+
+
+@pytest.hookimpl(tryfirst=True)  # before ``-m`` selects by marker
+def pytest_collection_modifyitems(items) -> None:
+    for item in items:
+        if CHROMIUM_FIXTURES & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.browser)
+
+
+@pytest.fixture(scope="module")
+def server(request):
+    """(url, app): the app on the module's ``APP_SAMPLE``, served from a thread on a free port."""
+    sample = getattr(request.module, "APP_SAMPLE", "bert_tiny")
+    with serving(sample, setup=getattr(request.module, "app_setup", None)) as s:
+        yield s
+
+
+@pytest.fixture(scope="module")
+def browser():
+    with chromium() as b:
+        yield b
+
+
+@pytest.fixture
+def page(request, browser, server):
+    """A fresh page (its own browser context) on the module's server; ``page.js_errors`` collects the
+    page's JavaScript errors."""
+    with opened(browser, server[0], ready=getattr(request.module, "page_ready", None),
+                **getattr(request.module, "PAGE_CONTEXT", {})) as pg:
+        yield pg
