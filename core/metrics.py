@@ -50,6 +50,23 @@ HOST_BYTES = register_metric(Metric("host_bytes", "host memory", "bytes",
                                     "the peak of host memory held by swapped tensors"))
 
 
+class HasMetrics:
+    """``peak`` and ``latency`` read off a ``metrics`` vector (states, children, plans)."""
+
+    __slots__ = ()
+    metrics: Metrics
+
+    @property
+    def peak(self) -> int:
+        """Simulated peak (bytes)."""
+        return int(self.metrics["peak"])
+
+    @property
+    def latency(self) -> float:
+        """Simulated latency (seconds)."""
+        return float(self.metrics["latency"])
+
+
 def get_metric(name: str) -> Metric:
     if name not in METRICS:
         raise ValueError(f"unknown metric {name!r}; known: {', '.join(METRICS)}")
@@ -63,5 +80,5 @@ def metrics(peak: int, latency: float, **others: float) -> dict[str, float]:
     return {"peak": int(peak), "latency": float(latency), **others}
 
 
-__all__ = ["HOST_BYTES", "LATENCY", "METRICS", "PEAK", "Metric", "Metrics", "get_metric", "metrics",
+__all__ = ["HOST_BYTES", "HasMetrics", "LATENCY", "METRICS", "PEAK", "Metric", "Metrics", "get_metric", "metrics",
            "register_metric"]

@@ -43,7 +43,7 @@ from ..analysis.lifetimes import counted, fission_scratch
 from ..analysis.narrow_waist import narrow_waist
 from ..cost.model import AnalyticCost, CostModel
 from ..ir.graph import EditLog, Graph, GraphError, NodeKind, TensorKind, TRef
-from ..metrics import metrics
+from ..metrics import HasMetrics, metrics
 from ..schedule.footprint import MemoryModel
 from ..schedule.incremental import SEARCH, get_reschedule_interval, schedule_parts
 from ..schedule.placement import load_slot
@@ -200,7 +200,7 @@ class StorageIndex:
 
 
 @dataclass
-class Child:
+class Child(HasMetrics):
     """The result of evaluating one application from the working state."""
 
     app: Application
@@ -210,14 +210,6 @@ class Child:
     metrics: dict[str, float]  # named metrics (``core.metrics``)
     hash: int
     exact_window: bool = True  # the window's DP finished (no state cap or time limit hit)
-
-    @property
-    def peak(self) -> int:
-        return self.metrics["peak"]
-
-    @property
-    def latency(self) -> float:
-        return self.metrics["latency"]
 
 
 class DeltaEvaluator:

@@ -7,11 +7,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ..metrics import HasMetrics
 from ..transform.rule import Application
 
 
 @dataclass(slots=True, eq=False)
-class MState:
+class MState(HasMetrics):
     parent: MState | None
     app: Application | None  # None for the root (the imported graph and its schedule)
     lo: int  # the parent's schedule positions lo..hi were replaced by ``window``
@@ -20,14 +21,6 @@ class MState:
     metrics: dict[str, float]  # named metrics (``core.metrics``): peak (bytes), latency (s), host_bytes, ...
     hash: int  # canonical graph hash (``search.wl_hash``)
     depth: int = 0
-
-    @property
-    def peak(self) -> int:
-        return self.metrics["peak"]
-
-    @property
-    def latency(self) -> float:
-        return self.metrics["latency"]
 
     def path(self) -> list[MState]:
         """The states from the root's child down to this one."""

@@ -27,7 +27,7 @@ from typing import Any
 from ..cost.devices import DEFAULT_PROFILE, DEVICES
 from ..ir.graph import Graph
 from ..ir.io import atomic_write, inflate
-from ..metrics import METRICS, metrics
+from ..metrics import METRICS, HasMetrics, metrics
 from ..transform.registry import RULES, get_rule
 from ..transform.rule import Application
 from .wl_hash import graph_hash
@@ -42,7 +42,7 @@ class PlanError(ValueError):
 
 
 @dataclass
-class Plan:
+class Plan(HasMetrics):
     """One point: a method's applications from the imported graph, its schedule, its simulation."""
 
     method: str  # a registered method's name (``search.methods``): "magis", "eager", "dtr", ...
@@ -51,16 +51,6 @@ class Plan:
     metrics: dict[str, float]  # named metrics (``core.metrics``): peak (bytes) and latency (s) at least
     label: str = ""  # what distinguishes it among its method's points ("budget 0.5", "limit 8 GiB")
     stats: dict[str, Any] = field(default_factory=dict)  # method-specific (search time, states, ...)
-
-    @property
-    def peak(self) -> int:
-        """Simulated peak (bytes)."""
-        return int(self.metrics["peak"])
-
-    @property
-    def latency(self) -> float:
-        """Simulated latency (seconds)."""
-        return float(self.metrics["latency"])
 
     def graph(self, imported: Graph) -> Graph:
         """The plan's graph: a copy of ``imported`` with the applications replayed."""

@@ -24,7 +24,7 @@ from ..ir.graph import (
     TRef,
     map_refs,
 )
-from .ftree_text import ftree_from_text
+from .ftree_text import FTreeNamed
 from .rule import Application, Rule, RuleNotApplicable, RuleOption, Where
 
 
@@ -145,7 +145,7 @@ def _refs(args: list, kwargs: dict) -> list[TRef]:
     return found
 
 
-class Fission(Rule):
+class Fission(FTreeNamed, Rule):
     """Fission(n, comp node, comp output, comp dim, *S): apply F-Trans (S, D, n)."""
 
     name = "fission"
@@ -153,10 +153,6 @@ class Fission(Rule):
     text = "F-Trans: split a sub-graph into parts along a dimension (Enable)"
     option = RuleOption("--enable", "ID[:N]", "Enable: split F-Tree node ID (from `magis ftree`) into N parts "
                         "(default: the smallest divisor); a leaf, or the parent of an enabled node (nested fission)")
-    needs_ftree = True
-
-    def from_text(self, g: Graph, text: str, *, where: Where | None = None, ftree=None) -> Application:
-        return ftree_from_text(self, g, text, ftree)
 
     def match(self, g: Graph, hot: Iterable[TRef] = (), where: Where | None = None) -> list[Application]:
         return []  # F-Trans applications come from the F-Tree (analysis.ftree), not from hot-spots

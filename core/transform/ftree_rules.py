@@ -26,7 +26,7 @@ from ..analysis.dgraph import DGraph, SplitError, plan_split
 from ..analysis.ftree import FNode, FTree
 from ..ir.graph import Graph, NodeKind, TRef
 from .fission import Fission, apply_split, defission
-from .ftree_text import ftree_from_text
+from .ftree_text import FTreeNamed
 from .rule import Application, Rule, RuleNotApplicable, RuleOption, Where
 
 
@@ -61,7 +61,7 @@ def _identity(spec) -> tuple[int, ...]:
     return (*(spec.comp or (-1, -1, -1)), len(spec.members), min(spec.members, default=-1))
 
 
-class Disable(Rule):
+class Disable(FTreeNamed, Rule):
     """Disable(F, comp node, output, dim, |S|, min S): the F-Tree node split along that component
     with that S, enabled at or under fission node F, goes back to n = 1 (it must have no enabled
     descendants)."""
@@ -70,10 +70,6 @@ class Disable(Rule):
     family = "fission"
     text = "F-Tree Disable: undo a fission"
     option = RuleOption("--disable", "ID", "Disable: take back enabled F-Tree node ID (one without enabled descendants)")
-    needs_ftree = True
-
-    def from_text(self, g: Graph, text: str, *, where: Where | None = None, ftree=None) -> Application:
-        return ftree_from_text(self, g, text, ftree)
 
     def match(self, g: Graph, hot: Iterable[TRef] = (), where: Where | None = None) -> list[Application]:
         return []  # applications come from FTreeMutations
@@ -89,7 +85,7 @@ def _disable(g: Graph, fid: int) -> list[int]:
     return defission(g, fid)
 
 
-class Mutate(Rule):
+class Mutate(FTreeNamed, Rule):
     """Mutate(F, comp node, output, dim, |S|, min S, n): that enabled F-Tree node is split into n
     parts instead."""
 
@@ -97,10 +93,6 @@ class Mutate(Rule):
     family = "fission"
     text = "F-Tree Mutate: change the number of parts"
     option = RuleOption("--mutate", "ID[:N]", "Mutate: split enabled F-Tree node ID into N parts instead (default: the next divisor)")
-    needs_ftree = True
-
-    def from_text(self, g: Graph, text: str, *, where: Where | None = None, ftree=None) -> Application:
-        return ftree_from_text(self, g, text, ftree)
 
     def match(self, g: Graph, hot: Iterable[TRef] = (), where: Where | None = None) -> list[Application]:
         return []
@@ -116,7 +108,7 @@ class Mutate(Rule):
         _at(g, top, tuple(target), change)
 
 
-class Lift(Rule):
+class Lift(FTreeNamed, Rule):
     """Lift(F, n, comp..., *S'): disable fission node F (no enabled ancestors) and enable the
     parent F-Tree node, whose S is S' once F is taken back, at n."""
 
@@ -124,10 +116,6 @@ class Lift(Rule):
     family = "fission"
     text = "F-Tree Lift: widen an enabled fission to its parent region"
     option = RuleOption("--lift", "ID", "Lift: disable enabled F-Tree node ID and enable its parent")
-    needs_ftree = True
-
-    def from_text(self, g: Graph, text: str, *, where: Where | None = None, ftree=None) -> Application:
-        return ftree_from_text(self, g, text, ftree)
 
     def match(self, g: Graph, hot: Iterable[TRef] = (), where: Where | None = None) -> list[Application]:
         return []

@@ -26,4 +26,13 @@ def ftree_from_text(rule: Rule, g: Graph, value: str, mutations) -> Application:
         raise ValueError(f"{option} {value!r}: {e}") from None
 
 
-__all__ = ["ftree_from_text"]
+class FTreeNamed:
+    """What the F-Tree rules share when a user names an application: ``ID[:N]`` on the F-Tree."""
+
+    needs_ftree = True
+
+    def from_text(self, g: Graph, text: str, *, where=None, ftree=None) -> Application:
+        return ftree_from_text(self, g, text, ftree)
+
+
+__all__ = ["FTreeNamed", "ftree_from_text"]
