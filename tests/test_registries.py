@@ -149,3 +149,24 @@ def test_a_frontier_over_any_two_named_metrics():
     three = non_dominated(pts, lambda x: (x.peak, x.latency, x.metrics["host_bytes"]))
     assert [x.label for x in three] == ["both", "swap", "remat", "eager"]
     assert [x.label for x in front_of(pts, ("latency", "peak"))] == ["eager", "swap", "both"]
+
+
+def test_schedulers_are_methods_with_points_on_the_pareto_figure():
+    """HMCOS and reverse post-order give one plan each (the untransformed graph in their order, its
+    simulated metrics), drawn with their own label and colour; Serenity's DP refuses a graph above
+    its size cap and says so."""
+    from app.optimizer_view import pareto_figure
+    from app.plan_store import Frontier
+    from core.search.plan import PlanFile
+
+    g = load_sample_graph("bert_tiny")
+    cost = AnalyticCost("rtx3090")
+    pts = [run_method(m, g, cost).plans[0] for m in ("hmcos", "rpo", "eager")]
+    for p in pts:
+        assert p.applications == [] and p.peak == simulate(g, p.order, cost).peak
+    fig = pareto_figure(Frontier("x", PlanFile(g.name, graph_hash(g), "rtx3090", pts), "test"), None)
+    names = {t.get("name"): t for t in fig["data"]}
+    assert names["HMCOS"]["marker"]["color"] == METHODS["hmcos"].colour and "reverse post-order" in names
+    big = load_sample_graph("resnet50")
+    run = run_method("serenity", big, cost)
+    assert run.plans == [] and "not run on" in run.failures[0].reason
