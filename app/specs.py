@@ -11,6 +11,7 @@ built workloads and graphs.
 
 from __future__ import annotations
 
+import difflib
 import functools
 import importlib.util
 import os
@@ -52,8 +53,27 @@ def load_factory(spec: str) -> Callable[[], Workload]:
     return getattr(mod, fn)
 
 
+def _did_you_mean(spec: str) -> str:
+    """``; did you mean NAME?`` for the sample name closest to ``spec`` (difflib), else nothing."""
+    close = difflib.get_close_matches(spec, sample_graphs.NAMES, n=1, cutoff=0.6)
+    return f"; did you mean {close[0]}?" if close else ""
+
+
 def _unknown(spec: str) -> SpecError:
-    return SpecError(f"unknown sample {spec!r}; samples: {', '.join(sample_graphs.NAMES)}")
+    """A model spec that is neither a sample nor ``file.py:factory``."""
+    return SpecError(f"unknown sample {spec!r}{_did_you_mean(spec)} (samples: {', '.join(sample_graphs.NAMES)}; "
+                     f"or path/to/file.py:factory)")
+
+
+def _looks_like_a_path(spec: str) -> bool:
+    """A graph spec written as a path (a directory part or a file suffix), not as a sample name."""
+    return os.sep in spec or "/" in spec or Path(spec).suffix != ""
+
+
+def _no_graph(spec: str) -> SpecError:
+    """A graph spec that names no file and no sample."""
+    return SpecError(f"no sample or graph file named {spec!r}{_did_you_mean(spec)} "
+                     f"(samples: {', '.join(sample_graphs.NAMES)})")
 
 
 def build_workload(spec: str, seed: int = 0, fake: bool = False) -> Workload:
@@ -138,11 +158,14 @@ def verify_spec(spec: str, schedule: str = "traced", seed: int = 0, *, training:
 
 def load_graph(spec: str) -> Graph:
     """A graph file, or a sample name (its committed graph file, captured when there is none)."""
-    if not Path(spec).exists() and spec in sample_graphs.NAMES:
-        from sample_graphs.store import load_sample_graph
+    if not Path(spec).exists():
+        if spec in sample_graphs.NAMES:
+            from sample_graphs.store import load_sample_graph
 
-        return load_sample_graph(spec)
-    return io.load(spec)
+            return load_sample_graph(spec)
+        if not _looks_like_a_path(spec):
+            raise _no_graph(spec)
+    return io.load(spec)  # "no such file" for a missing path
 
 
 def sweep_workload(spec: str) -> SweepWorkload:
@@ -159,8 +182,10 @@ def sweep_workload(spec: str) -> SweepWorkload:
         p = graph_path(spec)
         w = (SweepWorkload.from_file(p, name=spec) if p.exists()
              else SweepWorkload(spec, io.dumps(load_graph(spec)), spec))
+    elif _looks_like_a_path(spec):
+        raise SpecError(f"{spec}: no such file")
     else:
-        raise SpecError(f"unknown workload {spec!r}: not a graph file nor a sample ({', '.join(sample_graphs.NAMES)})")
+        raise _no_graph(spec)
     if w.error is not None:
         raise GraphError(w.error)
     return w

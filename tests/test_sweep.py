@@ -142,7 +142,7 @@ def test_ray_runner_on_a_local_instance(local, tmp_path):
     (["bert_tiny", "--memory-limits", "4096"],
      "--memory-limits '4096' is not a memory limit: a fraction of the peak must be at most 1; for a size give "
      "units, e.g. 4096B"),
-    (["bert_tiny,no_such_model", "--memory-limits", "0.5"], "unknown workload 'no_such_model'"),
+    (["bert_tiny,no_such_model", "--memory-limits", "0.5"], "no sample or graph file named 'no_such_model'"),
     (["bert_tiny", "--memory-limits", "0.5", "--devices", "rtx3090,v100"], "--devices: unknown device 'v100'"),
     (["bert_tiny"], "give --memory-limits, --pareto or both"),
 ])
