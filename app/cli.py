@@ -292,6 +292,16 @@ def cmd_ftree(a: argparse.Namespace) -> dict[str, Any]:
     return res
 
 
+def _model_graph(spec: str):
+    """The imported graph of a model spec, the graph a plan of it was made for: a sample's committed
+    graph, or a ``file.py:factory`` captured as ``magis import`` captures it (training step)."""
+    if spec in sample_graphs.NAMES:
+        return load_graph(spec)
+    with Progress() as progress:
+        progress(f"importing {spec} (training step, as `magis import` does) to replay the plan on")
+        return capture_spec(spec, progress=progress)
+
+
 def cmd_verify(a: argparse.Namespace) -> dict[str, Any]:
     """``magis verify``: eager PyTorch vs the exported script of a model spec (or of a graph file
     of it, or of a plan for it)."""
@@ -303,11 +313,13 @@ def cmd_verify(a: argparse.Namespace) -> dict[str, Any]:
     if a.plan is not None:
         from core.search.plan import PlanError
 
-        base = graph if graph is not None else load_graph(a.spec)
+        base = graph if graph is not None else _model_graph(a.spec)
         try:
             graph, plan, plan_device = _plan_graph(base, a.plan, a.point)
         except PlanError as e:
-            raise ValueError(str(e)) from None
+            hint = ("; for a plan of another capture (--forward, --sgd) pass its graph file with --graph"
+                    if a.graph is None and a.spec not in sample_graphs.NAMES else "")
+            raise ValueError(f"{e}{hint}") from None
         kwargs = {"order": plan.order, "schedule": f"plan {plan.method}"}
     kwargs["cost"] = _cost(a, plan_device)
     res = verify_spec(a.spec, **({"schedule": a.schedule} | kwargs), seed=a.seed, graph=graph)
@@ -636,7 +648,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--graph", default=None, metavar="FILE",
                    help="verify this graph file of the model (e.g. from `magis transform`) instead of a "
                         "fresh capture")
-    _plan_options(s, "verify a plan (from `magis optimize`) of the model's graph (or of --graph)")
+    _plan_options(s, "verify a plan (from `magis optimize`) of the model's graph (a sample's graph, or a "
+                     "model file's training step captured as `magis import` does; or --graph)")
     s.set_defaults(fn=cmd_verify)
 
     s = sub.add_parser("app", help="launch the web app")

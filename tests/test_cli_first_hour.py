@@ -4,10 +4,60 @@ summary, a mistyped sample name, and output piped into ``head``."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 import sample_graphs
 from app.cli import main
+
+MLP = '''
+import torch
+from torch import nn
+
+
+class Workload:
+    def __init__(self):
+        self.module = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 4))
+        self.inputs = (torch.randn(3, 8),)
+
+    @staticmethod
+    def loss_fn(module, x):
+        return module(x).square().mean()
+
+
+def build():
+    return Workload()
+'''
+
+
+@pytest.fixture
+def mlp(tmp_path) -> str:
+    (tmp_path / "mlp.py").write_text(MLP)
+    return f"{tmp_path / 'mlp.py'}:build"
+
+
+def test_verify_a_plan_of_a_model_file_imports_its_graph(tmp_path, capsys, mlp):
+    """``magis verify FILE.py:build --plan P`` captures the model file's graph itself (as ``magis
+    import`` does) and checks the plan against it."""
+    graph, plan = tmp_path / "mlp.json.gz", tmp_path / "p.json.gz"
+    assert main(["import", mlp, "-o", str(graph)]) == 0
+    assert main(["optimize", str(graph), "--latency-limit", "1.5", "--time-budget", "1", "-o", str(plan)]) == 0
+    capsys.readouterr()
+    assert main(["verify", mlp, "--plan", str(plan)]) == 0
+    res = json.loads(capsys.readouterr().out)
+    assert res["ok"] and res["schedule"] == "plan magis" and res["peak_ratio"] == 1.0
+
+
+def test_verify_a_plan_of_another_capture_of_a_model_file_says_to_pass_the_graph(tmp_path, capsys, mlp):
+    graph, plan = tmp_path / "fwd.json.gz", tmp_path / "p.json"
+    assert main(["import", mlp, "--forward", "-o", str(graph)]) == 0
+    assert main(["optimize", str(graph), "--latency-limit", "1.5", "--time-budget", "1", "-o", str(plan)]) == 0
+    capsys.readouterr()
+    assert main(["verify", mlp, "--plan", str(plan)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1].startswith("magis: error: the plan was made for graph 'build'")
+    assert "pass its graph file with --graph" in err[-1]
 
 
 @pytest.mark.parametrize("args, message", [
