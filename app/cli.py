@@ -9,7 +9,9 @@
     magis sweep W1,W2 --memory-limits 0.8,8GiB -o DIR  optimize workloads x limits x devices in parallel
     magis app [FILE] [--sample NAME] [--port N]        the web app (127.0.0.1 by default)
 
-Errors a user can cause print as one line on stderr (exit status 2), never a traceback.
+Errors a user can cause print as one line on stderr (exit status 2), never a traceback.  Exit
+statuses: 0 done; 1 ``verify``'s comparison failed; 2 bad input or usage; 3 ``optimize`` wrote its plan
+but no plan reaches the memory limit; 130 interrupted.
 
 The command line is an entry point of the product, like the web app: it wires core to the samples
 and to user files (``app.specs`` resolves what the user names), so it lives here and not in core.
@@ -37,6 +39,34 @@ from .specs import capture_spec, load_graph, sweep_workload, verify_spec
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # samples are built from configs, never downloaded
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+
+
+EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT, EXIT_LIMIT_NOT_REACHED = 0, 1, 2, 3
+EXIT_INTERRUPTED = 130  # 128 + SIGINT, as a shell reports it
+
+
+class Outcome(Exception):
+    """The command did its work (printed its result, wrote its output) but the result falls short:
+    ``main()`` prints ``magis: LABEL: message`` on stderr and exits with ``status``.  Not a
+    ValueError: the input was fine."""
+
+    status = EXIT_FAILED
+    label = "failed"
+
+
+class CheckFailed(Outcome):
+    """``magis verify``: the exported script does not reproduce eager PyTorch (exit status 1)."""
+
+    status = EXIT_FAILED
+    label = "verification failed"
+
+
+class LimitNotReached(Outcome):
+    """``magis optimize``: the plan file is written, but no plan in it reaches the memory limit (exit
+    status 3; a warning, not an error)."""
+
+    status = EXIT_LIMIT_NOT_REACHED
+    label = "warning"
 
 
 class Progress:
@@ -323,8 +353,43 @@ def cmd_verify(a: argparse.Namespace) -> dict[str, Any]:
         kwargs = {"order": plan.order, "schedule": f"plan {plan.method}"}
     kwargs["cost"] = _cost(a, plan_device)
     res = verify_spec(a.spec, **({"schedule": a.schedule} | kwargs), seed=a.seed, graph=graph)
-    print(json.dumps(res, indent=1))
+    if a.json:
+        print(json.dumps(res, indent=1))
+    else:
+        print("\n".join(verify_lines(res)))
+    if not res["ok"]:
+        from core.codegen.verify import problems
+
+        raise CheckFailed("; ".join(problems(res, exact_steps=False)) or "the script differs from eager PyTorch")
     return res
+
+
+def verify_lines(res: dict[str, Any]) -> list[str]:
+    """``magis verify``'s summary of a verification report (``core.codegen.verify.verify_graph``):
+    the verdict, the largest errors against eager PyTorch, and the measured vs simulated peak."""
+    from core.codegen.verify import PEAK_TOL
+
+    t = terminal_safe
+    ok = bool(res["ok"])
+    lines = [f"{'ok' if ok else 'FAILED'}: {t(res['name'])}, schedule {t(res['schedule'])} ({res['ops']} ops, "
+             f"{res.get('dtype', 'float32')}, seed {res['seed']}): the exported script "
+             f"{'reproduces' if ok else 'does not reproduce'} eager PyTorch"]
+    what = "the loss and every gradient" if "loss" in res else "every output"
+    if res["compared"]:
+        def worst(kind: str) -> str:  # the error and the tensor that has it (none when it is 0)
+            err = res[f"max_{kind}_error"]
+            return f"{err:.3g}" + (f" ({t(res[f'worst_{kind}_tensor'])})" if err else "")
+
+        lines.append(f"  outputs  {res['compared']} tensors ({what}): max abs error {worst('abs')}, max rel error "
+                     f"{worst('rel')}; tolerance rtol {res['rtol']:g}, atol {res['atol']:g}"
+                     + ("" if res["allclose"] else " -- outside it"))
+    else:
+        lines.append("  outputs  none compared")
+    ratio = res["peak_ratio"]
+    lines.append(f"  peak     {format_bytes(res['measured_peak_bytes'])} measured (CPU run), "
+                 f"{format_bytes(res['simulated_peak_bytes'])} simulated ({res['simulated_device']} profile): "
+                 f"ratio {ratio:.4f}" + ("" if abs(ratio - 1.0) <= PEAK_TOL else f" -- off by more than {PEAK_TOL:g}"))
+    return lines
 
 
 def cmd_optimize(a: argparse.Namespace) -> dict[str, Any]:
@@ -382,9 +447,9 @@ def cmd_optimize(a: argparse.Namespace) -> dict[str, Any]:
     if memory is not None:
         limit = pf.meta["limit_bytes"]
         if pf.points[0].peak > limit:
-            raise ValueError(f"no plan reaches the memory limit {format_bytes(limit)}: the best peak found is "
-                             f"{format_bytes(pf.points[0].peak)} ({rows[0]['peak_ratio']:.3f}x); its plan is in "
-                             f"{a.output}")
+            raise LimitNotReached(f"no plan reaches the memory limit {format_bytes(limit)}: the best peak "
+                                  f"found is {format_bytes(pf.points[0].peak)} ({rows[0]['peak_ratio']:.3f}x); "
+                                  f"its plan is point 0 of {a.output}")
     return res
 
 
@@ -650,6 +715,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "fresh capture")
     _plan_options(s, "verify a plan (from `magis optimize`) of the model's graph (a sample's graph, or a "
                      "model file's training step captured as `magis import` does; or --graph)")
+    s.add_argument("--json", action="store_true", help="print the full report as JSON instead of the summary")
     s.set_defaults(fn=cmd_verify)
 
     s = sub.add_parser("app", help="launch the web app")
@@ -677,13 +743,16 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         args.fn(args)
+    except Outcome as e:  # done, but short of what was asked
+        print(f"magis: {e.label}: {error_line(e)}", file=sys.stderr)
+        return e.status
     except (GraphError, ValueError, OSError) as e:  # a missing, unreadable or unwritable path too
         print(f"magis: error: {error_line(e)}", file=sys.stderr)
-        return 2
+        return EXIT_BAD_INPUT
     except KeyboardInterrupt:
         print("magis: interrupted", file=sys.stderr)
-        return 130
-    return 0
+        return EXIT_INTERRUPTED
+    return EXIT_OK
 
 
 if __name__ == "__main__":

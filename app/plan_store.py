@@ -430,14 +430,14 @@ class PlanStore:
                     path = Path(d) / "plan.json"
                     path.write_bytes(plan_bytes)
                     cmd = [sys.executable, "-m", "app.cli", "verify", spec, "--plan", str(path),
-                           "--point", str(point)]
+                           "--point", str(point), "--json"]
                     root = Path(__file__).resolve().parents[1]
                     p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=root)
-                if p.returncode != 0:
+                if p.returncode in (0, 1) and p.stdout.strip():  # 1: the report of a failed comparison
+                    job.result = json.loads(p.stdout)
+                else:
                     last = (p.stderr or p.stdout).strip().splitlines()
                     job.error = last[-1] if last else f"exit status {p.returncode}"
-                else:
-                    job.result = json.loads(p.stdout)
             except subprocess.TimeoutExpired:
                 job.error = f"verification did not finish in {timeout:g} s"
             except Exception as e:  # noqa: BLE001

@@ -120,7 +120,7 @@ def test_import_and_verify_a_factory_file(tmp_path, capsys):
         g = io.load(out)
         assert res["nodes"] == len(g) and g.name == "build"
         assert g.meta["mode"] == ("forward" if mode else "train")
-    assert main(["verify", spec, "--schedule", "rpo"]) == 0
+    assert main(["verify", spec, "--schedule", "rpo", "--json"]) == 0
     res = json.loads(capsys.readouterr().out)
     assert res["ok"] and res["sample"] == spec and res["schedule"] == "rpo" and res["dtype"] == "float32"
 

@@ -5,11 +5,16 @@ summary, a mistyped sample name, and output piped into ``head``."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
 import sample_graphs
 from app.cli import main
+from core.ir import io
+from core.search.plan import load_plans
+
+ROOT = Path(__file__).resolve().parents[1]
 
 MLP = '''
 import torch
@@ -30,6 +35,39 @@ def build():
     return Workload()
 '''
 
+# a Python side effect (how often forward ran) that capture bakes into the graph as a constant, so
+# the exported script cannot reproduce a later eager run: a verification that really fails
+COUNTED = '''
+import torch
+from torch import nn
+
+
+class Counted(nn.Module):
+    calls = 0
+
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(8, 4)
+
+    def forward(self, x):
+        Counted.calls += 1
+        return self.lin(x) * Counted.calls
+
+
+class Workload:
+    def __init__(self):
+        self.module = Counted()
+        self.inputs = (torch.randn(3, 8),)
+
+    @staticmethod
+    def loss_fn(module, x):
+        return module(x).square().mean()
+
+
+def build():
+    return Workload()
+'''
+
 
 @pytest.fixture
 def mlp(tmp_path) -> str:
@@ -37,14 +75,26 @@ def mlp(tmp_path) -> str:
     return f"{tmp_path / 'mlp.py'}:build"
 
 
-def test_verify_a_plan_of_a_model_file_imports_its_graph(tmp_path, capsys, mlp):
-    """``magis verify FILE.py:build --plan P`` captures the model file's graph itself (as ``magis
-    import`` does) and checks the plan against it."""
+def test_a_limit_not_reached_writes_the_plan_warns_and_exits_3_and_verify_imports_the_model_file(
+        tmp_path, capsys, mlp):
+    """``magis optimize`` with an unreachable limit writes a usable plan: status 3 and a warning, not
+    the bad-input status 2 and "error:"; ``magis verify FILE.py:build --plan P`` captures the model
+    file's graph itself (as ``magis import`` does) and checks the plan against it."""
     graph, plan = tmp_path / "mlp.json.gz", tmp_path / "p.json.gz"
     assert main(["import", mlp, "-o", str(graph)]) == 0
-    assert main(["optimize", str(graph), "--latency-limit", "1.5", "--time-budget", "1", "-o", str(plan)]) == 0
     capsys.readouterr()
+    # the weights alone are larger than 64 bytes: no plan can reach it
+    assert main(["optimize", str(graph), "--memory-limit", "64B", "--time-budget", "1", "-o", str(plan)]) == 3
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1].startswith("magis: warning: no plan reaches the memory limit 64 B: the best peak found is ")
+    assert err[-1].endswith(f"its plan is point 0 of {plan}")
+    assert not any("error" in line for line in err)
+    assert len(load_plans(plan, io.load(graph)).points) >= 2
+
     assert main(["verify", mlp, "--plan", str(plan)]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].startswith("ok: build, schedule plan magis (") and "reproduces eager PyTorch" in out[0]
+    assert main(["verify", mlp, "--plan", str(plan), "--json"]) == 0
     res = json.loads(capsys.readouterr().out)
     assert res["ok"] and res["schedule"] == "plan magis" and res["peak_ratio"] == 1.0
 
@@ -58,6 +108,34 @@ def test_verify_a_plan_of_another_capture_of_a_model_file_says_to_pass_the_graph
     err = capsys.readouterr().err.strip().splitlines()
     assert err[-1].startswith("magis: error: the plan was made for graph 'build'")
     assert "pass its graph file with --graph" in err[-1]
+
+
+def test_verify_prints_a_summary_and_json_on_request(capsys, mlp):
+    assert main(["verify", mlp]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert len(out) == 3, out
+    assert out[0].startswith(f"ok: {mlp}, schedule traced (") and "float32, seed 0" in out[0]
+    assert out[1].startswith("  outputs  5 tensors (the loss and every gradient): max abs error ")
+    assert "tolerance rtol 0.0001, atol 1e-05" in out[1] and "outside" not in out[1]
+    assert out[2].startswith("  peak     ") and "measured (CPU run)" in out[2]
+    assert "simulated (rtx3090 profile): ratio 1.0000" in out[2]
+    assert main(["verify", mlp, "--json", "--device", "a100-80gb"]) == 0
+    res = json.loads(capsys.readouterr().out)
+    assert res["ok"] and res["simulated_device"] == "a100-80gb"
+
+
+def test_a_failed_verification_exits_1_with_its_summary(tmp_path, capsys):
+    (tmp_path / "counted.py").write_text(COUNTED)
+    spec = f"{tmp_path / 'counted.py'}:build"
+    assert main(["verify", spec]) == 1
+    cap = capsys.readouterr()
+    out = cap.out.splitlines()
+    assert out[0].startswith(f"FAILED: {spec}, schedule traced (") and "does not reproduce" in out[0]
+    assert out[1].endswith("-- outside it")
+    err = cap.err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("magis: verification failed: outputs differ (rtol=0.0001")
+    assert main(["verify", spec, "--json"]) == 1
+    assert json.loads(capsys.readouterr().out)["ok"] is False
 
 
 @pytest.mark.parametrize("args, message", [
@@ -82,3 +160,20 @@ def test_a_mistyped_sample_name_names_the_samples(tmp_path, capsys, monkeypatch,
 def test_a_missing_path_is_still_no_such_file(tmp_path, capsys):
     assert main(["info", str(tmp_path / "bert.json.gz")]) == 2
     assert capsys.readouterr().err.strip() == f"magis: error: {tmp_path / 'bert.json.gz'}: no such file"
+
+
+def test_the_apps_verify_job_reads_the_json_report(tmp_path, capsys):
+    """The app's *verify* button runs ``magis verify --json`` in a subprocess and shows its report."""
+    import time
+
+    from app.plan_store import PlanStore
+
+    plan = tmp_path / "p.json"
+    assert main(["optimize", "fig2_skip", "--latency-limit", "1.2", "--time-budget", "1", "-o", str(plan)]) == 0
+    capsys.readouterr()
+    job = PlanStore(lambda gid: None).start_verify("sample:fig2_skip", "fig2_skip", plan.read_bytes(), 0)
+    deadline = time.monotonic() + 120
+    while not job.done and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert job.done and job.error is None, job.error
+    assert job.result["ok"] and job.result["schedule"] == "plan magis"

@@ -249,7 +249,7 @@ def test_readme_example_imports_exports_and_verifies(tmp_path, capsys):
     script = tmp_path / "llama_step.py"
     assert main(["export", str(out), "-o", str(script), "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["ops"] > 100 and script.exists()
-    assert main(["verify", spec]) == 0
+    assert main(["verify", spec, "--json"]) == 0
     res = json.loads(capsys.readouterr().out)
     assert res["ok"] and res["peak_ratio"] == 1.0 and res["compared"] == 1 + len(
         [k for k in io.load(out).outputs if k.startswith("grad:")])

@@ -49,7 +49,7 @@ def test_transform_then_verify_the_transformed_graph(tmp_path, capsys):
     assert {NodeKind.FISSION, NodeKind.STORE, NodeKind.LOAD} <= kinds
     assert any(n.recompute_of is not None for n in h)
     assert h.meta["transforms"] == [f"fission {small.id}:2", f"swap {t1}:{u1}", f"remat {t2}:{u2}"]
-    assert main(["verify", "bert_tiny", "--graph", str(out)]) == 0
+    assert main(["verify", "bert_tiny", "--graph", str(out), "--json"]) == 0
     v = json.loads(capsys.readouterr().out)
     assert v["ok"] and v["fission_nodes"] == 1 and v["peak_ratio"] == 1.0
 
@@ -101,7 +101,7 @@ def test_ftree_rules_from_the_command_line_nest_lift_mutate_and_disable(tmp_path
     (top,) = [n for n in h if n.kind == NodeKind.FISSION]  # the parent alone, at the next divisor
     assert top.fission.members == frozenset(parent.split.nodes)
     assert top.fission.n == parent.split.divisors()[1]
-    assert main(["verify", "bert_tiny", "--graph", str(out)]) == 0
+    assert main(["verify", "bert_tiny", "--graph", str(out), "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["ok"]
 
 
@@ -123,7 +123,7 @@ def test_swap_late_by_name_lowers_the_peak_and_verifies(tmp_path, capsys):
     assert main(["transform", "unet_tiny", "--swap-late", name, "-o", str(out), "--json"]) == 0
     res = json.loads(capsys.readouterr().out)
     assert res["applied"][0]["rule"] == "swap_late" and res["peak_bytes"][1] < res["peak_bytes"][0]
-    assert main(["verify", "unet_tiny", "--graph", str(out)]) == 0
+    assert main(["verify", "unet_tiny", "--graph", str(out), "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["ok"]
     # an input has nothing to free: one line, no file
     first = next(n.name for n in g if n.kind == NodeKind.PLACEHOLDER)
