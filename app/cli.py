@@ -11,7 +11,7 @@
 
 Errors a user can cause print as one line on stderr (exit status 2), never a traceback.  Exit
 statuses: 0 done; 1 ``verify``'s comparison failed; 2 bad input or usage; 3 ``optimize`` wrote its plan
-but no plan reaches the memory limit; 130 interrupted.
+but no plan reaches the memory limit; 130 interrupted; 141 stdout closed early (``magis info F | head``).
 
 The command line is an entry point of the product, like the web app: it wires core to the samples
 and to user files (``app.specs`` resolves what the user names), so it lives here and not in core.
@@ -42,7 +42,7 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
 
 EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT, EXIT_LIMIT_NOT_REACHED = 0, 1, 2, 3
-EXIT_INTERRUPTED = 130  # 128 + SIGINT, as a shell reports it
+EXIT_INTERRUPTED, EXIT_BROKEN_PIPE = 130, 141  # 128 + SIGINT, 128 + SIGPIPE, as a shell reports them
 
 
 class Outcome(Exception):
@@ -746,13 +746,31 @@ def main(argv: list[str] | None = None) -> int:
     except Outcome as e:  # done, but short of what was asked
         print(f"magis: {e.label}: {error_line(e)}", file=sys.stderr)
         return e.status
+    except BrokenPipeError:  # stdout's reader left (`magis info F | head`): stop quietly
+        _silence_stdout()
+        return EXIT_BROKEN_PIPE
     except (GraphError, ValueError, OSError) as e:  # a missing, unreadable or unwritable path too
         print(f"magis: error: {error_line(e)}", file=sys.stderr)
         return EXIT_BAD_INPUT
     except KeyboardInterrupt:
         print("magis: interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED
+    try:
+        sys.stdout.flush()  # a reader that left shows here when the output fit in the buffer
+    except BrokenPipeError:
+        _silence_stdout()
+        return EXIT_BROKEN_PIPE
     return EXIT_OK
+
+
+def _silence_stdout() -> None:
+    """Point stdout at /dev/null, so the interpreter's final flush of what is still buffered does not
+    fail again (the Python documentation's recipe for SIGPIPE)."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError, AttributeError):  # no real file descriptor (a captured stream)
+        pass
 
 
 if __name__ == "__main__":

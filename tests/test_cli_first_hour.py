@@ -5,6 +5,9 @@ summary, a mistyped sample name, and output piped into ``head``."""
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -12,6 +15,7 @@ import pytest
 import sample_graphs
 from app.cli import main
 from core.ir import io
+from core.ir.builder import GraphBuilder
 from core.search.plan import load_plans
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -160,6 +164,26 @@ def test_a_mistyped_sample_name_names_the_samples(tmp_path, capsys, monkeypatch,
 def test_a_missing_path_is_still_no_such_file(tmp_path, capsys):
     assert main(["info", str(tmp_path / "bert.json.gz")]) == 2
     assert capsys.readouterr().err.strip() == f"magis: error: {tmp_path / 'bert.json.gz'}: no such file"
+
+
+def test_output_piped_into_head_ends_quietly(tmp_path):
+    """``magis info FILE | head -1``: the reader leaves early; magis stops without a word on stderr and
+    exits 141 (128 + SIGPIPE, as a shell reports a process the signal ended).  The summary is larger
+    than a pipe's buffer, so the write after ``head`` exits always fails."""
+    b = GraphBuilder("fan")
+    x = b.input("x", 16)
+    b.op("B", [b.op(f"A{i}", [x], 64) for i in range(5000)], 8, output=True)
+    path = tmp_path / "fan.json.gz"
+    io.save(b.graph, path)
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    magis = subprocess.Popen([sys.executable, "-m", "app.cli", "info", str(path), "--top", "100000"],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=ROOT, env=env)
+    head = subprocess.run(["head", "-1"], stdin=magis.stdout, capture_output=True, text=True, timeout=120)
+    magis.stdout.close()  # head holds the only reader now
+    err = magis.stderr.read().decode()
+    assert magis.wait(timeout=120) == 141, err
+    assert head.stdout == "fan: 5001 ops (synthetic), device rtx3090\n"
+    assert err == ""
 
 
 def test_the_apps_verify_job_reads_the_json_report(tmp_path, capsys):
