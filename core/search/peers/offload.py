@@ -15,7 +15,7 @@ the storage, say) stays on the device.
 
 Points: all saved activations offloaded, and only those of at least 1/2, 1/4 and 1/8 of the
 largest one's bytes (the trade-off a user tunes with a size threshold on the pack hook); points that
-offload the same tensors are given once.
+offload the same tensors are given once (under the highest threshold that picks them).
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ from ..plan import Plan
 from .base import Method
 from .common import Failure, backward_start, forward_ops, traced_order
 
-FRACTIONS = (None, 8, 4, 2)  # None: every saved activation; d: those of at least 1/d of the largest
+FRACTIONS = (None, 2, 4, 8)  # None: every saved activation; d: those of at least 1/d of the largest
 
 
 def saved_activations(g: Graph) -> list[tuple[TRef, list[int], list[int]]]:
