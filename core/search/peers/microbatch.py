@@ -69,7 +69,7 @@ def _stop(g: Graph, dg: DGraph, comp, s: set[int]) -> str:
 class Microbatch(Method):
     name = "microbatch"
     label = "micro-batching"
-    colour = "#65a30d"
+    colour = "#92400e"
     symbol = "triangle-up"
     family = "baseline"
     paper = "gradient accumulation over k micro-batches (MAGIS F-Trans of the whole step along the batch)"

@@ -68,7 +68,7 @@ def saved_activations(g: Graph) -> list[tuple[TRef, list[int], list[int]]]:
 class Offload(Method):
     name = "offload"
     label = "activation offloading"
-    colour = "#d97706"
+    colour = "#0f766e"
     symbol = "star"
     family = "baseline"
     paper = "torch.autograd.graph.save_on_cpu: saved activations in pinned host memory, loaded for the backward"
