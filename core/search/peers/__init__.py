@@ -4,6 +4,8 @@ applications are our own rules (rematerialisation is ``remat``), so that every p
 exports and verifies like any plan:
 
 * ``eager`` -- PyTorch's traced order, no transformation (the baseline of every ratio);
+* ``microbatch`` -- gradient accumulation over k parts of the batch (fission of the whole step);
+* ``offload`` -- ``torch.autograd.graph.save_on_cpu``: saved activations in host memory (swaps);
 * ``sqrt_n`` -- Chen et al. 2016, segment checkpointing;
 * ``dtr`` -- Kirisame et al. ICLR'21, Dynamic Tensor Rematerialization under a budget sweep;
 * ``checkmate`` -- Jain et al. MLSys'20, the optimal rematerialisation MILP (scipy's HiGHS);
@@ -20,8 +22,10 @@ from .checkmate import Checkmate
 from .common import Failure
 from .dtr import DTR
 from .eager import Eager
+from .microbatch import Microbatch
+from .offload import Offload
 from .sqrt_n import SqrtN
 from .torch_mincut import TorchMinCut
 
-__all__ = ["DTR", "Checkmate", "Eager", "Failure", "Method", "MethodRun", "Peer", "PeerRun", "SqrtN", "TorchMinCut",
-           "eager_peak"]
+__all__ = ["DTR", "Checkmate", "Eager", "Failure", "Method", "MethodRun", "Microbatch", "Offload", "Peer", "PeerRun",
+           "SqrtN", "TorchMinCut", "eager_peak"]

@@ -1,0 +1,117 @@
+"""Activation offloading to host memory, as ``torch.autograd.graph.save_on_cpu(pin_memory=True)``
+does: every saved activation -- a tensor the forward makes and the backward reads -- is copied to
+pinned host memory after it is made, its device copy is freed once the forward is done with it, and
+it is copied back before the backward first reads it.
+
+It is realised with our own rule, ``SwapLate`` (``transform.swap``, MAGIS section 5.2): for each
+saved activation A (an op of the forward owning its storage, ``peers.common.forward_ops``; not a
+graph output), the readers of A's storage from the backward's first op on (``common.backward_start``
+in the traced order; through views too, the forward's views of A made again on the loaded copy) read
+one LOAD of A's host copy.  The copies are placed by ``schedule.placement.place_and_simulate`` -- the
+STORE right after A's producer, the LOAD as late as its transfer is still hidden behind compute (the
+prefetch that ``save_on_cpu`` leaves to the caching allocator) -- on the traced order of the
+transformed graph.  A tensor the rule refuses (``RuleNotApplicable``: a reader that re-interprets
+the storage, say) stays on the device.
+
+Points: all saved activations offloaded, and only those of at least 1/2, 1/4 and 1/8 of the
+largest one's bytes (the trade-off a user tunes with a size threshold on the pack hook); points that
+offload the same tensors are given once (under the highest threshold that picks them).
+"""
+
+from __future__ import annotations
+
+import time
+
+from ...errors import RuleNotApplicable
+from ...ir.graph import Graph, TRef
+from ...schedule.placement import place_and_simulate
+from ...transform.remat import storage_readers
+from ...transform.rule import Application
+from ...transform.swap import SwapLate, swappable
+from ..plan import Plan
+from .base import Method
+from .common import Failure, backward_start, forward_ops, traced_order
+
+FRACTIONS = (None, 2, 4, 8)  # None: every saved activation; d: those of at least 1/d of the largest
+
+
+def saved_activations(g: Graph) -> list[tuple[TRef, list[int], list[int]]]:
+    """(A, the backward readers of A's storage, the forward views of A they read through) for
+    every saved activation A, in the traced order of their producers."""
+    order = traced_order(g)
+    pos = {v: i for i, v in enumerate(order)}
+    start = backward_start(g, order)
+    fwd = forward_ops(g)
+    outputs = {g.storage_root(o) for o in g.output_refs()}
+    out = []
+    for v in order:
+        if v not in fwd or pos[v] >= start:
+            continue
+        for j in range(len(g.nodes[v].outputs)):
+            ref = TRef(v, j)
+            if ref in outputs or not swappable(g, ref):
+                continue
+            readers, views = storage_readers(g, ref)
+            late = sorted((r for r in readers if pos.get(r, -1) >= start), key=pos.__getitem__)
+            if not late:
+                continue
+            remade: set[int] = set()
+            for b in late:  # the forward's views a backward reader reads through
+                for x in g.preds(b):
+                    while x in views and x not in remade and pos.get(x, -1) < start:
+                        remade.add(x)
+                        x = views[x]
+            out.append((ref, late, sorted(remade, key=pos.__getitem__)))
+    return out
+
+
+class Offload(Method):
+    name = "offload"
+    label = "activation offloading"
+    colour = "#0f766e"
+    symbol = "star"
+    family = "baseline"
+    paper = "torch.autograd.graph.save_on_cpu: saved activations in pinned host memory, loaded for the backward"
+
+    def _run(self, g, cost, *, time_budget, progress, fractions=FRACTIONS, **_):
+        t0 = time.perf_counter()
+        saved = saved_activations(g)
+        if not saved:
+            return [], [Failure("all", "no saved activation: the graph has no backward that reads the forward's "
+                                       "tensors")]
+        largest = max(g.tensor(ref).nbytes for ref, _, _ in saved)
+        rule = SwapLate()
+        plans: list[Plan] = []
+        failures: list[Failure] = []
+        seen: set[tuple[TRef, ...]] = set()
+        for d in fractions:
+            label = "all saved" if d is None else f">= 1/{d} of the largest"
+            pick = [x for x in saved if d is None or g.tensor(x[0]).nbytes * d >= largest]
+            key = tuple(ref for ref, _, _ in pick)
+            if key in seen:
+                continue
+            seen.add(key)
+            if time.perf_counter() - t0 > time_budget:
+                failures.append(Failure(label, f"time budget {time_budget:g} s spent"))
+                continue
+            h = g.copy()
+            apps: list[Application] = []
+            refused = stored = 0
+            for ref, late, remade in pick:
+                app = Application(rule.name, (ref.node, ref.index, len(late), *late, *remade))
+                try:
+                    rule.apply(h, app)
+                except RuleNotApplicable:
+                    refused += 1
+                    continue
+                apps.append(app)
+                stored += g.tensor(ref).nbytes
+            order, sim = place_and_simulate(h, traced_order(h), cost)
+            plans.append(Plan(self.name, apps, order, sim.metrics(), label,
+                              {"offloaded": len(apps), "refused": refused, "saved_activations": len(saved),
+                               "offloaded_bytes": stored}))
+            progress(f"offload {label}: {len(apps)} tensors, peak {sim.peak} latency {sim.latency:.6f}")
+        return plans, failures
+
+
+__all__ = ["FRACTIONS", "Offload", "saved_activations"]
