@@ -2,8 +2,9 @@
 
 One plan file per sample (``core.search.plan``), made on the RTX 3090 profile: the M-Optimizer's
 Pareto sweep (``optimize(pareto=True)``, its frontier thinned to 32 points spread over its peaks),
-then every peer's points -- sqrt(n), DTR, torch's min-cut partitioner, Checkmate on the small
-graphs, the memory-aware schedulers where their size caps allow -- and PyTorch's eager order.  The
+then every other method's points -- the micro-batching and offloading baselines, sqrt(n), DTR, torch's
+min-cut partitioner, Checkmate on the small graphs, the memory-aware schedulers where their size caps
+allow -- and PyTorch's eager order.  The
 app opens a sample with its frontier from here, so the memory slider works at once.  Regenerate with ``python -m sample_graphs.frontiers [NAME ...]``
 (``make frontiers``): about a minute per small sample and three per paper-size one on a 2-core
 machine.
@@ -20,7 +21,7 @@ import sample_graphs
 
 PLAN_DIR = Path(__file__).resolve().parent / "plans"
 DEVICE = "rtx3090"
-PEER_METHODS = ("sqrt_n", "dtr", "torch_mincut", "checkmate", "rpo", "serenity", "hmcos")  # schedulers: one point each
+PEER_METHODS = ("microbatch", "offload", "sqrt_n", "dtr", "torch_mincut", "checkmate", "rpo", "serenity", "hmcos")
 CHECKMATE_MAX_NODES = 800  # Checkmate's MILP is quadratic in the ops: only the small samples (its ``max_nodes``)
 MAGIS_POINTS = 32  # the M-Optimizer's frontier thinned to this many points, spread over its peaks
 
