@@ -93,13 +93,10 @@ def pareto_figure(f: Frontier, selected: int | None, running: list[tuple[int, fl
     xs = [p.peak for p in pts] + [q for q, _ in running or []]
     top = max(xs) * 1.04 if xs else 1
     low = min(xs) * 0.9 if xs else 0
-    tickvals, ticktext = figures.binary_ticks(top)
-    if len([t for t in tickvals if low <= t <= top]) < 3:  # a narrow range: plotly's own ticks
-        tickvals, ticktext = None, None
+    tickvals, ticktext = figures.binary_ticks(top, low=low)  # binary units over the shown range, as the cards
     layout = {"template": "plotly_white", "margin": {"l": 60, "r": 10, "t": 30, "b": 45}, "hovermode": "closest",
               "xaxis": {"title": {"text": "simulated peak memory"}, "range": [low, top], "tickvals": tickvals,
-                        "ticktext": ticktext, "ticksuffix": "B" if tickvals is None else "",
-                        "tickformat": ".3s" if tickvals is None else None},
+                        "ticktext": ticktext},
               "yaxis": {"title": {"text": f"simulated latency (ms, {f.device})"}},
               "legend": {"orientation": "h", "y": -0.2, "font": {"size": 11}}, "uirevision": f"{f.gid}",
               "shapes": [{"type": "line", "xref": "x", "yref": "paper", "x0": base.peak, "x1": base.peak,

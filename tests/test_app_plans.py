@@ -74,6 +74,24 @@ def test_pareto_figure_has_a_trace_per_method_with_point_keys():
     assert sel["x"] == [80] and sel["y"] == [pytest.approx(1.02e3)]
 
 
+@pytest.mark.parametrize("peaks", [(214_180, 250_772, 271_508),  # bert_tiny: 0.79x .. 1.00x
+                                   (2_100_000_000, 2_900_000_000),  # a narrow range of GiB
+                                   (3_268, 4_480, 4_736), (700 * 2**20, 2**30 + 5)])
+def test_pareto_peak_axis_ticks_in_binary_units_over_the_shown_range(peaks):
+    """The x axis reads like the cards (``format_bytes``: KiB, MiB, GiB), however narrow the range of
+    peaks -- never plotly's decimal kB / MB / GB."""
+    pts = [plan("magis", p, 1.0 + i / 10) for i, p in enumerate(peaks[:-1])] + [plan("eager", peaks[-1], 1.0)]
+    ax = pareto_figure(frontier_of(pts), selected=None)["layout"]["xaxis"]
+    lo, hi = ax["range"]
+    vals, text = ax["tickvals"], ax["ticktext"]
+    assert vals is not None and len(vals) >= 3 and all(lo <= v <= hi for v in vals)
+    assert len(set(text)) == len(text) and "tickformat" not in ax
+    unit = text[0].split()[1]
+    assert unit in ("B", "KiB", "MiB", "GiB") and all(t.endswith(" " + unit) for t in text)
+    scale = 1024 ** ("B", "KiB", "MiB", "GiB").index(unit)
+    assert [float(t.split()[0]) * scale for t in text] == pytest.approx(vals)  # each label is its value
+
+
 @pytest.fixture
 def fig6():
     g = load_sample_graph("fig6_ftree")
