@@ -15,7 +15,7 @@ from dash import Dash, Input, Output, Patch, State, ctx, dcc, html, no_update
 from dash.exceptions import PreventUpdate
 
 from core.cost import DEVICES
-from core.fmt import format_bytes
+from core.fmt import format_bytes, plural
 from core.search.methods import METHODS, label_of
 from core.search.plan import PlanError
 
@@ -122,7 +122,8 @@ def plan_cards(f: Frontier, key: int, v: PointView | None, device: str) -> list:
         what = "replaying its rule applications ..."
     else:
         c = v.counts
-        what = f"{c['fission']} ops in fission regions · {c['remat']} recomputed · {c['swap']} swapped"
+        what = (f"{plural(c['fission'], 'op')} in fission regions · {c['remat']} recomputed · "
+                f"{plural(v.swaps().tensors, 'tensor')} swapped")
     return [
         _card("plan", f"{name}", p.label or f"point {key}", kind="model", id_="plan-method"),
         _card("plan peak", format_bytes(p.peak), f"{p.peak / base.peak:.3f}x eager · {fits}",
@@ -431,7 +432,9 @@ def register(app: Dash, state: AppState, guarded, show_message) -> None:
                    f"{len(p.applications)} rule applications")
         if v is None:
             return plan_cards(f, key, None, f.device), caption, no_update, False
-        caption += f" · {v.copies()} swap copies"
+        sw = v.swaps()
+        if sw:
+            caption += f" · {sw.text()}"
         return plan_cards(f, key, v, f.device), caption, marks_of(v, gid, f.version), True
 
     @app.callback(Output("plan-memory", "figure"), Output("plan-hotspots", "data"), Output("pareto", "figure"),

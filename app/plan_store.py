@@ -25,6 +25,7 @@ import numpy as np
 
 from core.analysis.lifetimes import Storage
 from core.cost import DEFAULT_PROFILE, AnalyticCost
+from core.fmt import plural
 from core.ir.graph import Graph, NodeKind
 from core.search.pareto import FRONT, non_dominated, vector
 from core.search.plan import Plan, PlanError, PlanFile, check_order, load_plans, plans_from_bytes, replay
@@ -68,6 +69,30 @@ class PointView:
 
     def copies(self) -> int:
         return sum(1 for n in self.graph.nodes.values() if n.kind in (NodeKind.STORE, NodeKind.LOAD))
+
+    def swaps(self) -> SwapCount:
+        """What the plan swaps, the one count every view prints: a swapped tensor is one STORE (device
+        -> host) with its LOADs (host -> device, one per later reuse)."""
+        stores = [n for n in self.graph.nodes.values() if n.kind == NodeKind.STORE]
+        loads = sum(1 for n in self.graph.nodes.values() if n.kind == NodeKind.LOAD)
+        return SwapCount(len({n.inputs()[0] for n in stores if n.inputs()}), len(stores), loads)
+
+
+@dataclass(frozen=True)
+class SwapCount:
+    tensors: int  # distinct tensors copied to the host
+    stores: int
+    loads: int
+
+    def __bool__(self) -> bool:
+        return bool(self.stores or self.loads)
+
+    def text(self) -> str:
+        """ "4 tensors swapped (4 stores, 4 loads)", or "no tensor swapped"."""
+        if not self:
+            return "no tensor swapped"
+        return (f"{plural(self.tensors, 'tensor')} swapped ({plural(self.stores, 'store')}, "
+                f"{plural(self.loads, 'load')})")
 
 
 @dataclass
@@ -468,5 +493,5 @@ class PlanStore:
         self._steps_pool.shutdown(wait=False, cancel_futures=True)
 
 
-__all__ = ["Frontier", "Job", "PlanStore", "PointView", "Step", "build_steps", "build_view", "get_rule",
+__all__ = ["Frontier", "Job", "PlanStore", "PointView", "Step", "SwapCount", "build_steps", "build_view", "get_rule",
            "origins", "plan_marks"]
