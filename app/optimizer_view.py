@@ -10,6 +10,7 @@ browser (``SLIDER_TO_PLAN``), a click on a point of the Pareto figure too.  Ever
 from __future__ import annotations
 
 import logging
+import math
 
 from dash import Dash, Input, Output, Patch, State, ctx, dcc, html, no_update
 from dash.exceptions import PreventUpdate
@@ -50,6 +51,32 @@ def slider_of(f: Frontier) -> dict:
     d = keys.index(f.default())
     return {"gid": f.gid, "version": f.version, "keys": keys, "ratios": [round(r, 4) for r in ratios],
             "min": 0, "max": max(len(keys) - 1, 0), "marks": marks, "default": d, "default_key": keys[d]}
+
+
+def slider_stop(f: Frontier, key: int) -> int:
+    """The slider stop that shows point ``key``: its own, or for a point off the frontier (dominated:
+    another point has no more peak and no more latency) the stop nearest to it in peak (ratio)."""
+    keys = f.slider()
+    if key in keys:
+        return keys.index(key)
+    peak = max(f.points[key].peak, 1)
+    return min(range(len(keys)), key=lambda i: (abs(math.log(max(f.points[keys[i]].peak, 1) / peak)), i))
+
+
+def plan_caption(f: Frontier, key: int, v: PointView | None = None) -> str:
+    """The line beside the slider: the selected point, its rule applications, what it swaps once its
+    view ``v`` is built, and for a point off the frontier which stop the slider shows instead."""
+    p = f.points[key]
+    out = f"point {key}: {label_of(p.method)} {p.label} · {plural(len(p.applications), 'rule application')}"
+    if v is not None and (sw := v.swaps()):
+        out += f" · {sw.text()}"
+    keys = f.slider()
+    if key not in keys:
+        base = f.points[f.baseline()].peak
+        near = f.points[keys[slider_stop(f, key)]].peak
+        out += (f" · off the frontier (another plan is no larger and no slower): the slider shows the nearest "
+                f"stop, {near / base if base else 1.0:.2f}x")
+    return out
 
 
 def pareto_figure(f: Frontier, selected: int | None, running: list[tuple[int, float]] | None = None) -> dict:
@@ -193,12 +220,10 @@ def initial(state: AppState, gid: str) -> dict:
     f = state.plans.frontier(gid)
     s = slider_of(f)
     key = s["default_key"]  # its view is built after the page is out (``on_plan``): not on the page's path
-    p = f.points[key]
     return {"plan-points": s, "plan": {"gid": gid, "version": f.version, "key": key},
             "plan-slider": {"min": s["min"], "max": s["max"], "marks": s["marks"], "value": s["default"]},
             "plan-cards": plan_cards(f, key, None, f.device),
-            "plan-caption": f"point {key}: {label_of(p.method)} {p.label} · "
-                            f"{len(p.applications)} rule applications",
+            "plan-caption": plan_caption(f, key),
             "frontier-source": source_line(f, s)}
 
 
@@ -242,7 +267,8 @@ def pareto_tab(init: dict | None = None) -> dcc.Tab:
                          className="panel-head"),
                 dcc.Graph(id="pareto", config={"displaylogo": False, "responsive": True},
                           style={"height": "400px"}),
-                html.Div("click a point to select its plan · the slider above walks the non-dominated ones",
+                html.Div("click a point to select its plan · the slider above walks the non-dominated ones (for a "
+                         "dominated point it moves to the nearest stop)",
                          className="muted small"),
             ], className="panel pareto-panel"),
             html.Section([
@@ -298,8 +324,11 @@ def pareto_tab(init: dict | None = None) -> dcc.Tab:
 # ---- in the browser --------------------------------------------------------------------------------
 SLIDER_TO_PLAN = """function(value, pts, cur) {
     if (!pts || value === null || value === undefined) { return window.dash_clientside.no_update; }
-    const key = pts.keys[Math.max(0, Math.min(pts.keys.length - 1, Math.round(value)))];
-    if (cur && cur.gid === pts.gid && cur.version === pts.version && cur.key === key) {
+    const stop = Math.max(0, Math.min(pts.keys.length - 1, Math.round(value)));
+    const key = pts.keys[stop];
+    const same = cur && cur.gid === pts.gid && cur.version === pts.version;
+    // the selection is this stop's point, or a point off the frontier that a click placed the slider for
+    if (same && (cur.key === key || cur.stop === stop)) {
         return window.dash_clientside.no_update;
     }
     return {gid: pts.gid, version: pts.version, key: key};
@@ -404,9 +433,10 @@ def register(app: Dash, state: AppState, guarded, show_message) -> None:
         f = plans.frontier(gid)
         key = pts[0]["customdata"]
         plans.prefetch(gid, around=key)
-        s = slider_of(f)
-        value = s["keys"].index(key) if key in s["keys"] else no_update
-        return {"gid": gid, "version": f.version, "key": key}, value
+        # the slider follows: to the point's own stop, or for a dominated point to the nearest one
+        # ("stop" tells SLIDER_TO_PLAN that this move only shows the selection, not a new one)
+        stop = slider_stop(f, key)
+        return {"gid": gid, "version": f.version, "key": key, "stop": stop}, stop
 
     def selected(sel) -> tuple[Frontier, str, int]:
         if not sel:
@@ -427,15 +457,9 @@ def register(app: Dash, state: AppState, guarded, show_message) -> None:
         if ctx.triggered_id != "plan-poll":
             plans.prefetch(gid, around=key)  # this point, and the slider's next stops either way
         v = plans.view(gid, key, wait=PLAN_WAIT)
-        p = f.points[key]
-        caption = (f"point {key}: {label_of(p.method)} {p.label} · "
-                   f"{len(p.applications)} rule applications")
         if v is None:
-            return plan_cards(f, key, None, f.device), caption, no_update, False
-        sw = v.swaps()
-        if sw:
-            caption += f" · {sw.text()}"
-        return plan_cards(f, key, v, f.device), caption, marks_of(v, gid, f.version), True
+            return plan_cards(f, key, None, f.device), plan_caption(f, key), no_update, False
+        return plan_cards(f, key, v, f.device), plan_caption(f, key, v), marks_of(v, gid, f.version), True
 
     @app.callback(Output("plan-memory", "figure"), Output("plan-hotspots", "data"), Output("pareto", "figure"),
                   Output("pareto-drawn", "data"),
@@ -533,4 +557,4 @@ def register(app: Dash, state: AppState, guarded, show_message) -> None:
         return {"gid": gid, "version": f.version}, None
 
 
-__all__ = ["fit_point", "pareto_figure", "pareto_tab", "plan_bar", "plan_cards", "register", "slider_of"]
+__all__ = ["fit_point", "pareto_figure", "plan_caption", "slider_stop", "pareto_tab", "plan_bar", "plan_cards", "register", "slider_of"]

@@ -205,3 +205,18 @@ def test_optimize_job_from_the_app_finishes_or_cancels_keeping_the_best():
         assert "cancelled" in st.plans.frontier(gid).source
     finally:
         st.shutdown()
+
+
+def test_a_dominated_point_places_the_slider_at_the_nearest_stop_and_says_so():
+    pts = [plan("magis", 50, 1.20), plan("magis", 60, 1.05), plan("dtr", 62, 1.30),  # dominated by [1]
+           plan("dtr", 80, 1.02), plan("sqrt_n", 75, 1.10),  # dominated by [3]... nearer 80 than 60
+           plan("eager", 100, 1.00)]
+    f = frontier_of(pts)
+    from app.optimizer_view import plan_caption, slider_stop
+
+    assert f.slider() == [0, 1, 3, 5]
+    assert [slider_stop(f, k) for k in range(6)] == [0, 1, 1, 2, 2, 3]
+    assert "off the frontier" not in plan_caption(f, 1)
+    cap = plan_caption(f, 2)
+    assert cap.startswith("point 2: DTR") and "off the frontier" in cap and "nearest stop, 0.60x" in cap
+    assert "0 rule applications" in cap
