@@ -111,6 +111,8 @@ class Step:
     latency: tuple[float, float]  # before, after (seconds)
     curve: tuple[np.ndarray, np.ndarray]  # memory per schedule step, before and after
     marks: dict[int, str]  # imported ops this step changed
+    names: dict[int, str] = field(default_factory=dict)  # node id -> name, for the application's node params
+    enables: list[int] = field(default_factory=list)  # later steps whose application names a node this one added
 
     @property
     def rule(self) -> str:
@@ -179,6 +181,7 @@ def build_steps(imported: Graph, plan: Plan, device: str, base_order: list[int],
 
     ev = DeltaEvaluator(imported.copy(), base_order, AnalyticCost(device), rules=dict(RULES))
     steps: list[Step] = []
+    made: dict[int, int] = {}  # node id -> the step that added it
     for k, app in enumerate(plan.applications):
         if cancel is not None and cancel.is_set():
             break
@@ -201,10 +204,15 @@ def build_steps(imported: Graph, plan: Plan, device: str, base_order: list[int],
         for nid in added:
             if nid in origin:
                 marks.setdefault(origin[nid], kind)
+        shown = {p: names.get(p) or imported.nodes[p].name for p in app.params
+                 if p in names or p in imported.nodes}
+        for j in sorted({made[p] for p in app.params if p in made}):
+            steps[j].enables.append(k)
+        made.update(dict.fromkeys(added, k))
         steps.append(Step(k, app, [g.nodes[v].name for v in added if v in g.nodes],
                           [names[v] for v in erased], [g.nodes[v].name for v in rewired if v in g.nodes],
                           child.lo, child.hi, len(child.window), (before.peak, child.peak),
-                          (before.latency, child.latency), (curve0, ev.curve.copy()), marks))
+                          (before.latency, child.latency), (curve0, ev.curve.copy()), marks, shown))
     return steps
 
 

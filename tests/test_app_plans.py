@@ -220,3 +220,34 @@ def test_a_dominated_point_places_the_slider_at_the_nearest_stop_and_says_so():
     cap = plan_caption(f, 2)
     assert cap.startswith("point 2: DTR") and "off the frontier" in cap and "nearest stop, 0.60x" in cap
     assert "0 rule applications" in cap
+
+
+def test_rule_steps_name_their_nodes_and_say_what_a_flat_step_enables(fig6):
+    """A step's application shows node names (``Rule.roles`` says which parameters are nodes), never
+    raw ids; a step that barely moves the peak shows the bytes, and says which later steps build on it."""
+    from app.steps_view import app_text, peak_change
+
+    g, m = fig6
+    fission = [a for a in m.ev.rules["ftree"].match(m.ev.g, []) if a.rule == "fission"][0]
+    m.seed([fission])
+    mutate = next(a for a in m.ev.rules["ftree"].match(m.ev.g, []) if a.rule == "mutate")
+    s = m.seed([fission, mutate])
+    steps = build_steps(g, m.plan(s), "rtx3090", m.order)
+    rows = step_rows(steps)
+    n, cn, cj, cd, *region = fission.params
+    first = rows[0]["application"]
+    assert first.startswith(f"fission({n}, {g.nodes[cn].name}, {cj}, {cd}, {g.nodes[region[0]].name}")
+    top = mutate.params[0]  # the fission node the first step added, by its name
+    assert steps[1].names[top].startswith("fission_") and top not in g.nodes
+    assert rows[1]["application"].startswith(f"mutate({steps[1].names[top]}, {g.nodes[cn].name}, ")
+    assert steps[0].enables == [1] and steps[1].enables == []
+    assert "step 2: applied to nodes this step added" in str(step_details(steps[0], 2))
+    # the count of remat_chain's readers is a number, the nodes are names
+    names = {5: "mm_5", 7: "gelu_1", 1: "node_one"}
+    assert app_text(Application("remat_chain", (1, 5, 7)), names) == "remat_chain(1, mm_5, gelu_1)"
+    assert app_text(Application("swap", (5, 0, 7)), names) == "swap(mm_5, 0, gelu_1)"
+    assert app_text(Application("remat", (5, 99)), names) == "remat(mm_5, #99)"  # no name: the id, marked
+    assert peak_change(10**8, 10**8 - 512) == "-512 B"  # -0.0005%: the bytes, never "-0.00%"
+    assert peak_change(10**6, 10**6 - 512) == "-0.05%, -512 B"
+    assert peak_change(1000, 1000) == "unchanged"
+    assert peak_change(1000, 900) == "-10.00%, -100 B"
