@@ -111,7 +111,7 @@ def plan_line(gid: str, f: Frontier, key: int, v: PointView | None = None) -> st
     p = f.points[key]
     sw = v.swaps() if v is not None else None
     name = label_of(p.method)
-    return (f"point {key}: {name} {p.label} · {len(p.order):,} ops · {plural(len(p.applications), 'rule application')}"
+    return (f"point {key}: {name} {p.label} · {plural(len(p.order), 'op')} · {plural(len(p.applications), 'rule application')}"
             f"{f' · {sw.text()}' if sw else ''} · simulated peak {format_bytes(p.peak)}, latency "
             f"{figures.fmt_seconds(p.latency)} ({f.device})")
 
@@ -123,7 +123,7 @@ def verify_outcome(res: dict) -> tuple[bool, list[str]]:
     n = res.get("compared", 0)
     what = "the loss and every gradient" if "loss" in res else "every output"
     if n:
-        line = (f"compared {n} tensors ({what}) with eager PyTorch: max abs error "
+        line = (f"compared {plural(n, 'tensor')} ({what}) with eager PyTorch: max abs error "
                 f"{res.get('max_abs_error', 0):.3g} ({res.get('worst_abs_tensor', '?')}), max rel error "
                 f"{res.get('max_rel_error', 0):.3g} ({res.get('worst_rel_tensor', '?')}); tolerance rtol "
                 f"{res.get('rtol')}, atol {res.get('atol')}")
@@ -266,8 +266,8 @@ def register(app: Dash, state: AppState, guarded, show_message) -> None:
         if v is None:
             raise AppError(f"point {key} of {state.label(gid)} is still being built; try again in a moment")
         name, src, secs = script_of(f, v)
-        info = (f"{name}: {len(src.encode()) / 1024:,.0f} KiB, {src.count(chr(10)):,} lines, "
-                f"{len(v.plan.order):,} ops, {v.swaps().text()}; generated in {secs:.2f} s")
+        info = (f"{name}: {len(src.encode()) / 1024:,.0f} KiB, {plural(src.count(chr(10)), 'line')}, "
+                f"{plural(len(v.plan.order), 'op')}, {v.swaps().text()}; generated in {secs:.2f} s")
         return {"content": src, "filename": name, "type": "text/x-python"}, info
 
     @app.callback(Output("export-planfile-dl", "data"), Output("export-info", "children", allow_duplicate=True),

@@ -134,7 +134,7 @@ def pareto_figure(f: Frontier, selected: int | None, running: list[tuple[int, fl
 def _hover(p, base) -> str:
     return (f"{label_of(p.method)} {p.label}<br>peak {format_bytes(p.peak)} "
             f"({p.peak / base.peak:.3f}x)<br>latency {figures.fmt_seconds(p.latency)} "
-            f"({(p.latency / base.latency - 1) * 100:+.1f}%)<br>{len(p.applications)} rule applications")
+            f"({(p.latency / base.latency - 1) * 100:+.1f}%)<br>{plural(len(p.applications), 'rule application')}")
 
 
 def plan_cards(f: Frontier, key: int, v: PointView | None, device: str) -> list:
@@ -157,7 +157,7 @@ def plan_cards(f: Frontier, key: int, v: PointView | None, device: str) -> list:
               id_="plan-peak", kind="peak"),
         _card("plan latency", figures.fmt_seconds(p.latency),
               f"{(p.latency / base.latency - 1) * 100:+.1f}% vs eager · {device}", id_="plan-latency"),
-        _card("transformations", f"{len(p.applications)} steps", what, id_="plan-counts"),
+        _card("transformations", plural(len(p.applications), "step"), what, id_="plan-counts"),
     ]
 
 
@@ -209,7 +209,7 @@ def job_line(st: dict) -> str:
     elif not st.get("done"):
         parts.append("warm start (greedy fission, then remat steps)")
     if st.get("done") and "points" in st:
-        parts.append(f"{st['points']} frontier points")
+        parts.append(plural(st["points"], "frontier point"))
     return " · ".join(parts)
 
 
@@ -228,7 +228,7 @@ def initial(state: AppState, gid: str) -> dict:
 
 
 def source_line(f: Frontier, s: dict) -> str:
-    return f"{f.source} · {len(f.points)} points, {len(s['keys'])} on the frontier"
+    return f"{f.source} · {plural(len(f.points), 'point')}, {len(s['keys'])} on the frontier"
 
 
 def plan_bar(init: dict | None = None) -> html.Section:
@@ -553,7 +553,7 @@ def register(app: Dash, state: AppState, guarded, show_message) -> None:
             log.exception("plan upload failed")
             show_message(f"Could not open {name!r}: {type(e).__name__}: {e}")
             return no_update, None
-        show_message(f"Opened {name}: {len(f.points)} points for {state.label(gid)}.", "ok")
+        show_message(f"Opened {name}: {plural(len(f.points), 'point')} for {state.label(gid)}.", "ok")
         return {"gid": gid, "version": f.version}, None
 
 

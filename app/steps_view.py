@@ -13,7 +13,7 @@ from __future__ import annotations
 from dash import Dash, Input, Output, State, ctx, dcc, html, no_update
 from dash.exceptions import PreventUpdate
 
-from core.fmt import format_bytes
+from core.fmt import format_bytes, plural
 from core.transform.registry import get_rule
 
 from . import figures
@@ -66,7 +66,7 @@ def step_rows(steps: list[Step]) -> list[dict]:
     return [{"step": s.index + 1, "rule": s.rule, "application": app_text(s.app, s.names),
              "peak": f"{format_bytes(s.peak[0])} → {format_bytes(s.peak[1])} ({peak_change(*s.peak)})",
              "latency": f"{figures.fmt_seconds(s.latency[0])} → {figures.fmt_seconds(s.latency[1])}",
-             "window": f"{s.hi - s.lo + 1} → {s.window} ops"} for s in steps]
+             "window": f"{s.hi - s.lo + 1} → {plural(s.window, 'op')}"} for s in steps]
 
 
 def step_details(s: Step, total: int) -> html.Div:
@@ -76,8 +76,8 @@ def step_details(s: Step, total: int) -> html.Div:
         ("added", f"{len(s.added)}: {_names(s.added)}"),
         ("removed", f"{len(s.removed)}: {_names(s.removed)}"),
         ("re-wired", f"{len(s.rewired)}: {_names(s.rewired)}"),
-        ("rescheduled", f"schedule positions {s.lo}..{s.hi} ({s.hi - s.lo + 1} ops) re-ordered into "
-                        f"{s.window} ops by incremental scheduling"),
+        ("rescheduled", f"schedule positions {s.lo}..{s.hi} ({plural(s.hi - s.lo + 1, 'op')}) re-ordered into "
+                        f"{plural(s.window, 'op')} by incremental scheduling"),
         ("peak", f"{format_bytes(s.peak[0])} → {format_bytes(s.peak[1])} ({peak_change(*s.peak)})"),
         ("latency", f"{figures.fmt_seconds(s.latency[0])} → {figures.fmt_seconds(s.latency[1])} "
                     f"({_pct(*s.latency)})"),
@@ -195,13 +195,13 @@ def register(app: Dash, state, guarded, show_message) -> None:
         n = len(f.points[key].applications)
         steps = plans.steps(gid, key, wait=0.05 if ctx.triggered_id != "step-poll" else 0)
         if steps is None:
-            return no_update, [], False, f"replaying {n} rule applications with incremental scheduling ..."
+            return no_update, [], False, f"replaying {plural(n, 'rule application')} with incremental scheduling ..."
         same = cur and cur.get("gid") == gid and cur.get("version") == f.version and cur.get("key") == key
         if same and ctx.triggered_id == "step-poll":
             return no_update, no_update, True, no_update
         start = len(steps) - 1 if steps else -1
         return ({"gid": gid, "version": f.version, "key": key, "index": start, "count": len(steps)},
-                step_rows(steps), True, f"{len(steps)} steps" if steps else "this plan changes nothing: no steps")
+                step_rows(steps), True, plural(len(steps), "step") if steps else "this plan changes nothing: no steps")
 
     app.clientside_callback(STEP, Output("step", "data", allow_duplicate=True), Output("step-timer", "disabled"),
                             Output("step-play", "children"),

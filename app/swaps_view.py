@@ -18,7 +18,7 @@ import numpy as np
 from dash import Dash, Input, Output, State, ctx, dcc, html, no_update
 from dash.exceptions import PreventUpdate
 
-from core.fmt import format_bytes
+from core.fmt import format_bytes, plural
 from core.ir.graph import Graph, NodeKind, TRef
 from core.search.plan import PlanError
 
@@ -205,7 +205,7 @@ def swap_timeline_figure(v: PointView, base: PointView | None, device: str = "",
     data: list[dict] = []
     busy, waits = compute_lanes(v)
     data.append(_bars(busy, LANES["compute"], "compute", "compute (busy)", COLORS["compute"], [
-        f"<b>compute</b> {_ms(b.start):.3f}–{_ms(b.end):.3f} ms<br>steps {b.first}–{b.last} ({b.ops} ops)"
+        f"<b>compute</b> {_ms(b.start):.3f}–{_ms(b.end):.3f} ms<br>steps {b.first}–{b.last} ({plural(b.ops, 'op')})"
         for b in busy]))
     if waits:
         hover = []

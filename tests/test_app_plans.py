@@ -251,3 +251,16 @@ def test_rule_steps_name_their_nodes_and_say_what_a_flat_step_enables(fig6):
     assert peak_change(10**6, 10**6 - 512) == "-0.05%, -512 B"
     assert peak_change(1000, 1000) == "unchanged"
     assert peak_change(1000, 900) == "-10.00%, -100 B"
+
+
+def test_counts_of_one_are_singular():
+    from app.optimizer_view import _hover, plan_caption, plan_cards
+    from core.fmt import plural
+
+    assert [plural(n, "step") for n in (0, 1, 2, 1234)] == ["0 steps", "1 step", "2 steps", "1,234 steps"]
+    assert plural(1, "copy", "copies") == "1 copy" and plural(3, "copy", "copies") == "3 copies"
+    one = Plan("magis", [Application("remat", (1, 2))], [], metrics(50, 1.2), "one")
+    f = frontier_of([one, plan("eager", 100, 1.0)])
+    assert "1 step" in str(plan_cards(f, 0, None, "rtx3090")) and "1 steps" not in str(plan_cards(f, 0, None, "rtx3090"))
+    assert plan_caption(f, 0).endswith("· 1 rule application")
+    assert "1 rule application" in _hover(one, f.points[1]) and "1 rule applications" not in _hover(one, f.points[1])
