@@ -201,14 +201,34 @@ def job_line(st: dict) -> str:
         return ""
     if st.get("error"):
         return f"optimization failed: {st['error']}"
-    head = "finished" if st.get("done") else ("cancelling ..." if st.get("cancelled") else "optimizing ...")
-    parts = [f"{head} {st.get('seconds', 0):.0f} s"]
-    if "iteration" in st:
-        parts.append(f"iteration {st['iteration']}, {st.get('states', 0)} states")
+    done = st.get("done")
+    head = "finished" if done else ("cancelling ..." if st.get("cancelled") else "optimizing ...")
+    secs, budget = st.get("seconds", 0), st.get("budget")
+    clock = f"{secs:.0f} s" + (f" of {budget:g} s" if budget else "")
+    if budget and not done:
+        clock += f" ({max(0.0, budget - secs):.0f} s left)"
+    parts = [f"{head} {'in ' if done else ''}{clock}"]
+    k, n = st.get("limit"), st.get("limits")
+    if k and n:
+        where = f"limit {k} of {n}" if k <= n else f"limit {k} (a gap in the frontier)"
+        if done:
+            parts.append(f"{plural(k, 'limit')} searched")
+        else:
+            parts.append(f"{where}: {st.get('limit_ratio', 0):.2f}x ({format_bytes(st.get('limit_bytes', 0))}), "
+                         f"iteration {st.get('iteration', 0)}")
+    elif "iteration" in st and not done:
+        parts.append(f"iteration {st['iteration']}")
+    ev, dist = st.get("evaluated"), st.get("distinct")
+    if ev:
+        parts.append(f"{plural(ev, 'state')} evaluated"
+                     + (f" ({dist:,} distinct, warm start included)" if dist is not None else ""))
+    elif dist:
+        parts.append(f"{plural(dist, 'state')} (warm start)")
+    if "iteration" in st and not done:
         parts.append(f"best peak so far {format_bytes(st.get('frontier_peak') or st.get('best_peak', 0))}")
-    elif not st.get("done"):
+    elif not done and "iteration" not in st:
         parts.append("warm start (greedy fission, then remat steps)")
-    if st.get("done") and "points" in st:
+    if done and "points" in st:
         parts.append(plural(st["points"], "frontier point"))
     return " · ".join(parts)
 

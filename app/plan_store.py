@@ -406,17 +406,30 @@ class PlanStore:
             if old is not None and not old.done:
                 return old
             job = self._jobs[(gid, "optimize")] = Job("optimize", gid)
+        job.progress = {"budget": time_budget}
         g = self._entry(gid).graph
+        # states evaluated by the sweep's searches: each search's Record counts its own from 0
+        done = {"search": None, "before": 0, "last": 0}
 
         def run() -> None:
             from core.search import moptimizer
 
             try:
                 def progress(r) -> None:
-                    job.progress = {"iteration": r.iteration, "best_peak": r.best_peak,
-                                    "best_latency": r.best_latency, "states": r.generated,
-                                    "frontier_peak": r.frontier_peak, "search_seconds": round(r.seconds, 1)}
                     m = job.result
+                    at = getattr(m, "sweep_at", None)
+                    if at is not None and at[0] != done["search"] or at is None and r.iteration == 1:
+                        done["search"] = at[0] if at is not None else None
+                        done["before"] += done["last"]
+                    done["last"] = r.generated
+                    job.progress = {"budget": time_budget, "iteration": r.iteration, "best_peak": r.best_peak,
+                                    "best_latency": r.best_latency, "states": r.generated,
+                                    "evaluated": done["before"] + r.generated,
+                                    "distinct": len(m.seen) if m is not None else None,
+                                    "frontier_peak": r.frontier_peak, "search_seconds": round(r.seconds, 1)}
+                    if at is not None:
+                        job.progress.update(limit=at[0], limits=at[1], limit_bytes=at[2],
+                                            limit_ratio=at[2] / m.root.peak if m.root.peak else 1.0)
                     if m is not None:
                         job.frontier = [(s.peak, s.latency) for s in m.frontier()]
 
@@ -431,6 +444,8 @@ class PlanStore:
                 self.set_frontier(gid, pf, f"optimized here ({time_budget:g} s budget, {device}; {why})")
                 job.frontier = [(p.peak, p.latency) for p in pf.points if p.method == "magis"]
                 job.progress["points"] = sum(p.method == "magis" for p in pf.points)
+                job.progress["distinct"] = pf.meta.get("states")  # every distinct state, the warm start's too
+                job.progress.setdefault("evaluated", 0)
                 self.prefetch(gid)
             except Exception as e:  # noqa: BLE001 -- the page shows it; the server keeps running
                 log.exception("optimization of %s failed", gid)

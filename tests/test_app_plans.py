@@ -264,3 +264,44 @@ def test_counts_of_one_are_singular():
     assert "1 step" in str(plan_cards(f, 0, None, "rtx3090")) and "1 steps" not in str(plan_cards(f, 0, None, "rtx3090"))
     assert plan_caption(f, 0).endswith("· 1 rule application")
     assert "1 rule application" in _hover(one, f.points[1]) and "1 rule applications" not in _hover(one, f.points[1])
+
+
+def test_job_line_says_which_limit_the_time_left_and_the_states_so_far():
+    from app.optimizer_view import job_line
+
+    assert job_line({"seconds": 0.2, "budget": 30}) == \
+        "optimizing ... 0 s of 30 s (30 s left) · warm start (greedy fission, then remat steps)"
+    run = {"seconds": 12.4, "budget": 30, "iteration": 7, "limit": 2, "limits": 4, "limit_bytes": 3 * 2**20,
+           "limit_ratio": 0.6, "evaluated": 1234, "distinct": 987, "frontier_peak": 2**20}
+    assert job_line(run) == ("optimizing ... 12 s of 30 s (18 s left) · limit 2 of 4: 0.60x (3.00 MiB), "
+                             "iteration 7 · 1,234 states evaluated (987 distinct, warm start included) · "
+                             "best peak so far 1.00 MiB")
+    assert "limit 5 (a gap in the frontier): 0.60x" in job_line(run | {"limit": 5})
+    assert job_line(run | {"done": True, "seconds": 30.1, "limit": 6, "points": 1}) == (
+        "finished in 30 s of 30 s · 6 limits searched · 1,234 states evaluated (987 distinct, warm start "
+        "included) · 1 frontier point")
+
+
+def test_optimize_job_counts_every_search_of_the_sweep():
+    """The progress of the app's run adds up the states of every search of the sweep (each search's
+    Record counts from 0), and knows which of the sweep's limits it is at."""
+    st = AppState()
+    try:
+        gid = "sample:fig6_ftree"
+        seen: list[dict] = []
+        job = st.plans.start_optimize(gid, 3.0, "rtx3090")
+        t0 = time.time()
+        while not job.done and time.time() - t0 < 60:
+            seen.append(dict(job.progress))
+            time.sleep(0.05)
+        assert job.done and job.error is None, job.error
+        recs = st.plans.frontier(gid).plans.records
+        ends = [r for i, r in enumerate(recs) if i + 1 == len(recs) or recs[i + 1]["iteration"] <= r["iteration"]]
+        assert len(ends) >= 2, "the sweep ran several searches"
+        assert job.progress["evaluated"] == sum(r["generated"] for r in ends)
+        assert job.progress["limits"] == 4 and job.progress["limit"] >= len(ends)
+        assert job.progress["distinct"] > 0
+        assert {p.get("limit") for p in seen if "limit" in p} >= {1}
+        assert all(p["budget"] == 3.0 for p in seen)
+    finally:
+        st.shutdown()
