@@ -177,9 +177,13 @@ def test_optimize_shows_progress_and_cancel_keeps_the_best(page, server, monkeyp
     page.click("#opt-run")
     page.wait_for_function("() => document.querySelector('#opt-status').innerText.includes('optimizing')")
     page.wait_for_function("() => /iteration \\d+/.test(document.querySelector('#opt-status').innerText)")
+    page.wait_for_function("() => /limit 1 of 4: .*iteration \\d+ · \\d+ states? evaluated/"
+                           ".test(document.querySelector('#opt-status').innerText)")
+    assert re.search(r"\d+ s of 30 s \(\d+ s left\)", text(page, "#opt-status"))
     shot(page, "app_optimize_running")
     page.click("#opt-cancel")
     page.wait_for_function("() => document.querySelector('#opt-status').innerText.startsWith('finished')")
+    assert re.search(r"limits? searched · [\d,]+ states? evaluated \([\d,]+ distinct", text(page, "#opt-status"))
     page.wait_for_function("() => document.querySelector('#frontier-source').innerText.includes('optimized here')")
     assert "cancelled" in text(page, "#frontier-source")
     f = app.magis_state.plans.frontier(f"sample:{SAMPLE}")
