@@ -12,7 +12,7 @@ from dash import ALL, Dash, Input, Output, State, ctx, html, no_update, set_prop
 from dash.exceptions import PreventUpdate
 
 from core.cost import DEFAULT_PROFILE, DEVICES
-from core.fmt import format_bytes
+from core.fmt import format_bytes, plural
 from core.ir.graph import GraphError
 
 from . import cyto, export_view, figures, ftree_view, optimizer_view, panels, steps_view, swaps_view
@@ -196,7 +196,7 @@ def domtree_of(state: AppState, view: dict, selected, live, hot, only_info: bool
     g = entry.graph
     n = len(dt.reachable)
     if n <= cyto.DOM_FULL_MAX:
-        info = f"{n} nodes reachable from {g[dt.entry].name}"
+        info = f"{plural(n, 'node')} reachable from {g[dt.entry].name}"
     else:
         info = (f"{n:,} nodes reachable from {g[dt.entry].name}: showing the neighbourhood of "
                 f"{g[nid].name if nid in dt.reachable else 'the entry'} (click a node to move there)")
@@ -220,7 +220,7 @@ def analysis_of(state: AppState, gid: str, device: str, sched: str, resident) ->
     g = entry.graph
     rows = figures.hotspot_rows(g, cur.hot, include_resident=bool(resident))
     res = [s for s in cur.hot if s.alloc < 0]
-    note = (f"{len(rows)} tensors" + ("" if resident else
+    note = (plural(len(rows), "tensor") + ("" if resident else
             f"; {len(res)} resident inputs & weights ({format_bytes(sum(s.nbytes for s in res))}) "
             "not listed") + f" · peak {format_bytes(cur.sim.peak)} at step "
             f"{cur.profile.peak_steps[0] if cur.profile.peak_steps else '-'} of {cur.name}")
@@ -306,7 +306,7 @@ def register(app: Dash, state: AppState) -> None:
             show_message(f"Could not load {name!r}: {type(e).__name__}: {e}")
             return no_update, no_update, None
         g = state.entry(gid).graph
-        show_message(f"Loaded {name}: {len(g.ops()):,} ops, {len(g.placeholders()):,} inputs & weights.", "ok")
+        show_message(f"Loaded {name}: {plural(len(g.ops()), 'op')}, {len(g.placeholders()):,} inputs & weights.", "ok")
         return state.model_options(), gid, None
 
     @app.callback(Output("messages", "children"), Input("msg-close", "n_clicks"), prevent_initial_call=True)

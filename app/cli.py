@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 import sample_graphs
-from core.fmt import format_bytes, terminal_safe
+from core.fmt import format_bytes, plural, terminal_safe
 from core.ir import io
 from core.ir.graph import GraphError
 
@@ -287,7 +287,7 @@ def cmd_transform(a: argparse.Namespace) -> dict[str, Any]:
     if a.json:
         print(json.dumps(res, indent=1))
     else:
-        print(f"wrote {a.output}: {len(done)} rule applications, {len(g)} nodes")
+        print(f"wrote {a.output}: {plural(len(done), 'rule application')}, {len(g)} nodes")
         print(f"  peak     {format_bytes(before.peak)} -> {format_bytes(after.peak)}  (traced order)")
         print(f"  latency  {before.latency * 1e3:.3f} ms -> {after.latency * 1e3:.3f} ms"
               f"  (compute waits {after.compute_wait * 1e3:.3f} ms for loads)")
@@ -443,7 +443,7 @@ def cmd_optimize(a: argparse.Namespace) -> dict[str, Any]:
         for r in rows:
             print(f"  [{r['point']}] {r['method']:6s} peak {format_bytes(r['peak_bytes'])} ({r['peak_ratio']:.3f}x)  "
                   f"latency {r['latency_seconds'] * 1e3:.2f} ms ({r['latency_ratio']:.3f}x)  "
-                  f"{r['applications']} rule applications  {r['label']}")
+                  f"{plural(r['applications'], 'rule application')}  {r['label']}")
     if memory is not None:
         limit = pf.meta["limit_bytes"]
         if pf.points[0].peak > limit:

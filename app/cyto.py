@@ -16,7 +16,7 @@ from collections.abc import Iterable
 from plotly.colors import sample_colorscale, sequential
 
 from core.analysis.dominators import DominatorTree
-from core.fmt import format_bytes
+from core.fmt import format_bytes, plural
 from core.ir.graph import Graph, NodeKind
 
 from .figures import short_op
@@ -150,7 +150,7 @@ def graph_elements(g: Graph, tree: ModuleTree, expanded: set[Path], tok: str, he
             grp = tree.groups[path]
             phase[key] = tree.phase(path)
             lbl = tree.label(path)
-            count = f"{grp.ops} ops" if grp.ops else f"{grp.size} inputs"
+            count = plural(grp.ops, "op") if grp.ops else plural(grp.size, "input")
             data = {"id": eid(key), "group": path_str(path), "label": f"{lbl}\n{count} · {format_bytes(leaf_bytes[key])}",
                     "color": colors[key], "fg": text_color(colors[key]), "bytes": format_bytes(leaf_bytes[key]),
                     "name": tree.full_name(path),

@@ -16,7 +16,7 @@ from dash import Dash, Input, Output, State, dcc, html, no_update
 from dash.exceptions import PreventUpdate
 
 from core.cost import AnalyticCost
-from core.fmt import format_bytes
+from core.fmt import format_bytes, plural
 from core.search.methods import label_of
 from core.search.plan import PlanFile, plans_to_bytes
 
@@ -26,6 +26,7 @@ from .state import FULL_SIZE, AppError, AppState
 
 SCRIPT_VIEW_WAIT = 60.0  # seconds the download waits for the point's view (built on a worker thread)
 POLL_MS = 1000
+PLAN_LINE_WAIT = 2.0  # seconds the plan line waits for the point's view (what it swaps)
 
 
 # ---- pure builders ---------------------------------------------------------------------------------
@@ -105,12 +106,13 @@ def commands(gid: str, f: Frontier, key: int) -> str:
     return "\n".join(lines)
 
 
-def plan_line(gid: str, f: Frontier, key: int) -> str:
+def plan_line(gid: str, f: Frontier, key: int, v: PointView | None = None) -> str:
+    """The selected point in one line; what it swaps (``PointView.swaps``) once its view ``v`` is built."""
     p = f.points[key]
-    swaps = sum(a.rule == "swap" for a in p.applications)
+    sw = v.swaps() if v is not None else None
     name = label_of(p.method)
-    return (f"point {key}: {name} {p.label} · {len(p.order):,} ops · {len(p.applications)} rule applications"
-            f"{f' ({swaps} swaps)' if swaps else ''} · simulated peak {format_bytes(p.peak)}, latency "
+    return (f"point {key}: {name} {p.label} · {plural(len(p.order), 'op')} · {plural(len(p.applications), 'rule application')}"
+            f"{f' · {sw.text()}' if sw else ''} · simulated peak {format_bytes(p.peak)}, latency "
             f"{figures.fmt_seconds(p.latency)} ({f.device})")
 
 
@@ -121,7 +123,7 @@ def verify_outcome(res: dict) -> tuple[bool, list[str]]:
     n = res.get("compared", 0)
     what = "the loss and every gradient" if "loss" in res else "every output"
     if n:
-        line = (f"compared {n} tensors ({what}) with eager PyTorch: max abs error "
+        line = (f"compared {plural(n, 'tensor')} ({what}) with eager PyTorch: max abs error "
                 f"{res.get('max_abs_error', 0):.3g} ({res.get('worst_abs_tensor', '?')}), max rel error "
                 f"{res.get('max_rel_error', 0):.3g} ({res.get('worst_rel_tensor', '?')}); tolerance rtol "
                 f"{res.get('rtol')}, atol {res.get('atol')}")
@@ -246,7 +248,11 @@ def register(app: Dash, state: AppState, guarded, show_message) -> None:
                                                                          ("gid", "version", "key")}
         result = no_update if same else None
         status = no_update if same else ""
-        return (plan_line(gid, f, key), f"{script_name(f, key)} · {plan_file_name(f, key)}",
+        try:  # what it swaps: the view is built (or being built) since the point was selected
+            v = plans.view(gid, key, wait=PLAN_LINE_WAIT)
+        except Exception:  # noqa: BLE001 -- a point that does not replay: the plan bar says why
+            v = None
+        return (plan_line(gid, f, key, v), f"{script_name(f, key)} · {plan_file_name(f, key)}",
                 commands(gid, f, key), block is not None, note, result, status)
 
     @app.callback(Output("export-script-dl", "data"), Output("export-info", "children"),
@@ -260,8 +266,8 @@ def register(app: Dash, state: AppState, guarded, show_message) -> None:
         if v is None:
             raise AppError(f"point {key} of {state.label(gid)} is still being built; try again in a moment")
         name, src, secs = script_of(f, v)
-        info = (f"{name}: {len(src.encode()) / 1024:,.0f} KiB, {src.count(chr(10)):,} lines, "
-                f"{len(v.plan.order):,} ops, {v.copies()} swap copies; generated in {secs:.2f} s")
+        info = (f"{name}: {len(src.encode()) / 1024:,.0f} KiB, {plural(src.count(chr(10)), 'line')}, "
+                f"{plural(len(v.plan.order), 'op')}, {v.swaps().text()}; generated in {secs:.2f} s")
         return {"content": src, "filename": name, "type": "text/x-python"}, info
 
     @app.callback(Output("export-planfile-dl", "data"), Output("export-info", "children", allow_duplicate=True),

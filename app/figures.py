@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from core.analysis.lifetimes import MemoryProfile, Storage
-from core.fmt import format_bytes
+from core.fmt import BYTE_UNITS, format_bytes
 from core.ir.graph import Graph
 
 KIND_ORDER = ["input", "weight", "optimizer_state", "activation", "gradient", "output"]
@@ -266,21 +266,33 @@ def _note(text: str) -> dict:
             "text": text, "font": {"size": 11, "color": "#8a5a00"}}
 
 
-def binary_ticks(top: float, n: int = 6) -> tuple[list[float], list[str]]:
-    """Tick values and labels for a byte axis from 0 to ``top`` in binary units (KiB, MiB, GiB):
-    a step of 1, 2, 2.5 or 5 (times a power of ten) of the unit that suits ``top``, labelled with
-    ``format_bytes`` -- plotly's own ticks are decimal (kB, MB, GB)."""
+def binary_ticks(top: float, n: int = 6, low: float = 0.0) -> tuple[list[float], list[str]]:
+    """Tick values and labels for a byte axis from ``low`` (default 0) to ``top`` in binary units
+    (KiB, MiB, GiB): a step of 1, 2, 2.5 or 5 (times a power of ten) of the unit that suits ``top``
+    -- plotly's own ticks are decimal (kB, MB, GB).  From 0 the labels are ``format_bytes``'s; over a
+    range (``low`` > 0) they are all in that unit with as many decimals as the step needs ("0.75 GiB",
+    "1.00 GiB"), so neighbouring ticks never print alike."""
     top = max(float(top), 1.0)
+    low = min(max(float(low), 0.0), top)
     unit = 1.0
     while top / unit >= 1024 and unit < 2.0**40:
         unit *= 1024
-    raw = top / unit / max(1, n - 1)
+    raw = (top - low) / unit / max(1, n - 1)
     mag = 10 ** math.floor(math.log10(raw)) if raw > 0 else 1
     step = next(m * mag for m in (1, 2, 2.5, 5, 10) if m * mag >= raw) * unit
     if unit == 1:
         step = max(1.0, math.ceil(step))
-    vals = [i * step for i in range(int(top // step) + 2)]
-    return vals, [format_bytes(v) for v in vals]
+    if low <= 0:
+        vals = [i * step for i in range(int(top // step) + 2)]
+        return vals, [format_bytes(v) for v in vals]
+    first = math.ceil(low / step - 1e-9)
+    vals = [i * step for i in range(first, int(top // step) + 1)]
+    if len(vals) < 3 and n < 24:  # a narrow range: a finer step
+        return binary_ticks(top, n + 2, low)
+    name = BYTE_UNITS[min(round(math.log(unit, 1024)), len(BYTE_UNITS) - 1)]
+    d = next((d for d in range(4) if all(abs(round(v / unit, d) - v / unit) < 1e-9 * max(1.0, v / unit)
+                                         for v in vals)), 3)
+    return vals, [f"{v / unit:.{d}f} {name}" for v in vals]
 
 
 def _base_layout(time_axis: bool) -> dict:

@@ -10,12 +10,13 @@ browser (``SLIDER_TO_PLAN``), a click on a point of the Pareto figure too.  Ever
 from __future__ import annotations
 
 import logging
+import math
 
 from dash import Dash, Input, Output, Patch, State, ctx, dcc, html, no_update
 from dash.exceptions import PreventUpdate
 
 from core.cost import DEVICES
-from core.fmt import format_bytes
+from core.fmt import format_bytes, plural
 from core.search.methods import METHODS, label_of
 from core.search.plan import PlanError
 
@@ -50,6 +51,32 @@ def slider_of(f: Frontier) -> dict:
     d = keys.index(f.default())
     return {"gid": f.gid, "version": f.version, "keys": keys, "ratios": [round(r, 4) for r in ratios],
             "min": 0, "max": max(len(keys) - 1, 0), "marks": marks, "default": d, "default_key": keys[d]}
+
+
+def slider_stop(f: Frontier, key: int) -> int:
+    """The slider stop that shows point ``key``: its own, or for a point off the frontier (dominated:
+    another point has no more peak and no more latency) the stop nearest to it in peak (ratio)."""
+    keys = f.slider()
+    if key in keys:
+        return keys.index(key)
+    peak = max(f.points[key].peak, 1)
+    return min(range(len(keys)), key=lambda i: (abs(math.log(max(f.points[keys[i]].peak, 1) / peak)), i))
+
+
+def plan_caption(f: Frontier, key: int, v: PointView | None = None) -> str:
+    """The line beside the slider: the selected point, its rule applications, what it swaps once its
+    view ``v`` is built, and for a point off the frontier which stop the slider shows instead."""
+    p = f.points[key]
+    out = f"point {key}: {label_of(p.method)} {p.label} · {plural(len(p.applications), 'rule application')}"
+    if v is not None and (sw := v.swaps()):
+        out += f" · {sw.text()}"
+    keys = f.slider()
+    if key not in keys:
+        base = f.points[f.baseline()].peak
+        near = f.points[keys[slider_stop(f, key)]].peak
+        out += (f" · off the frontier (another plan is no larger and no slower): the slider shows the nearest "
+                f"stop, {near / base if base else 1.0:.2f}x")
+    return out
 
 
 def pareto_figure(f: Frontier, selected: int | None, running: list[tuple[int, float]] | None = None) -> dict:
@@ -93,13 +120,10 @@ def pareto_figure(f: Frontier, selected: int | None, running: list[tuple[int, fl
     xs = [p.peak for p in pts] + [q for q, _ in running or []]
     top = max(xs) * 1.04 if xs else 1
     low = min(xs) * 0.9 if xs else 0
-    tickvals, ticktext = figures.binary_ticks(top)
-    if len([t for t in tickvals if low <= t <= top]) < 3:  # a narrow range: plotly's own ticks
-        tickvals, ticktext = None, None
+    tickvals, ticktext = figures.binary_ticks(top, low=low)  # binary units over the shown range, as the cards
     layout = {"template": "plotly_white", "margin": {"l": 60, "r": 10, "t": 30, "b": 45}, "hovermode": "closest",
               "xaxis": {"title": {"text": "simulated peak memory"}, "range": [low, top], "tickvals": tickvals,
-                        "ticktext": ticktext, "ticksuffix": "B" if tickvals is None else "",
-                        "tickformat": ".3s" if tickvals is None else None},
+                        "ticktext": ticktext},
               "yaxis": {"title": {"text": f"simulated latency (ms, {f.device})"}},
               "legend": {"orientation": "h", "y": -0.2, "font": {"size": 11}}, "uirevision": f"{f.gid}",
               "shapes": [{"type": "line", "xref": "x", "yref": "paper", "x0": base.peak, "x1": base.peak,
@@ -110,7 +134,7 @@ def pareto_figure(f: Frontier, selected: int | None, running: list[tuple[int, fl
 def _hover(p, base) -> str:
     return (f"{label_of(p.method)} {p.label}<br>peak {format_bytes(p.peak)} "
             f"({p.peak / base.peak:.3f}x)<br>latency {figures.fmt_seconds(p.latency)} "
-            f"({(p.latency / base.latency - 1) * 100:+.1f}%)<br>{len(p.applications)} rule applications")
+            f"({(p.latency / base.latency - 1) * 100:+.1f}%)<br>{plural(len(p.applications), 'rule application')}")
 
 
 def plan_cards(f: Frontier, key: int, v: PointView | None, device: str) -> list:
@@ -125,14 +149,15 @@ def plan_cards(f: Frontier, key: int, v: PointView | None, device: str) -> list:
         what = "replaying its rule applications ..."
     else:
         c = v.counts
-        what = f"{c['fission']} ops in fission regions · {c['remat']} recomputed · {c['swap']} swapped"
+        what = (f"{plural(c['fission'], 'op')} in fission regions · {c['remat']} recomputed · "
+                f"{plural(v.swaps().tensors, 'tensor')} swapped")
     return [
         _card("plan", f"{name}", p.label or f"point {key}", kind="model", id_="plan-method"),
         _card("plan peak", format_bytes(p.peak), f"{p.peak / base.peak:.3f}x eager · {fits}",
               id_="plan-peak", kind="peak"),
         _card("plan latency", figures.fmt_seconds(p.latency),
               f"{(p.latency / base.latency - 1) * 100:+.1f}% vs eager · {device}", id_="plan-latency"),
-        _card("transformations", f"{len(p.applications)} steps", what, id_="plan-counts"),
+        _card("transformations", plural(len(p.applications), "step"), what, id_="plan-counts"),
     ]
 
 
@@ -176,15 +201,35 @@ def job_line(st: dict) -> str:
         return ""
     if st.get("error"):
         return f"optimization failed: {st['error']}"
-    head = "finished" if st.get("done") else ("cancelling ..." if st.get("cancelled") else "optimizing ...")
-    parts = [f"{head} {st.get('seconds', 0):.0f} s"]
-    if "iteration" in st:
-        parts.append(f"iteration {st['iteration']}, {st.get('states', 0)} states")
+    done = st.get("done")
+    head = "finished" if done else ("cancelling ..." if st.get("cancelled") else "optimizing ...")
+    secs, budget = st.get("seconds", 0), st.get("budget")
+    clock = f"{secs:.0f} s" + (f" of {budget:g} s" if budget else "")
+    if budget and not done:
+        clock += f" ({max(0.0, budget - secs):.0f} s left)"
+    parts = [f"{head} {'in ' if done else ''}{clock}"]
+    k, n = st.get("limit"), st.get("limits")
+    if k and n:
+        where = f"limit {k} of {n}" if k <= n else f"limit {k} (a gap in the frontier)"
+        if done:
+            parts.append(f"{plural(k, 'limit')} searched")
+        else:
+            parts.append(f"{where}: {st.get('limit_ratio', 0):.2f}x ({format_bytes(st.get('limit_bytes', 0))}), "
+                         f"iteration {st.get('iteration', 0)}")
+    elif "iteration" in st and not done:
+        parts.append(f"iteration {st['iteration']}")
+    ev, dist = st.get("evaluated"), st.get("distinct")
+    if ev:
+        parts.append(f"{plural(ev, 'state')} evaluated"
+                     + (f" ({dist:,} distinct, warm start included)" if dist is not None else ""))
+    elif dist:
+        parts.append(f"{plural(dist, 'state')} (warm start)")
+    if "iteration" in st and not done:
         parts.append(f"best peak so far {format_bytes(st.get('frontier_peak') or st.get('best_peak', 0))}")
-    elif not st.get("done"):
+    elif not done and "iteration" not in st:
         parts.append("warm start (greedy fission, then remat steps)")
-    if st.get("done") and "points" in st:
-        parts.append(f"{st['points']} frontier points")
+    if done and "points" in st:
+        parts.append(plural(st["points"], "frontier point"))
     return " · ".join(parts)
 
 
@@ -195,17 +240,15 @@ def initial(state: AppState, gid: str) -> dict:
     f = state.plans.frontier(gid)
     s = slider_of(f)
     key = s["default_key"]  # its view is built after the page is out (``on_plan``): not on the page's path
-    p = f.points[key]
     return {"plan-points": s, "plan": {"gid": gid, "version": f.version, "key": key},
             "plan-slider": {"min": s["min"], "max": s["max"], "marks": s["marks"], "value": s["default"]},
             "plan-cards": plan_cards(f, key, None, f.device),
-            "plan-caption": f"point {key}: {label_of(p.method)} {p.label} · "
-                            f"{len(p.applications)} rule applications",
+            "plan-caption": plan_caption(f, key),
             "frontier-source": source_line(f, s)}
 
 
 def source_line(f: Frontier, s: dict) -> str:
-    return f"{f.source} · {len(f.points)} points, {len(s['keys'])} on the frontier"
+    return f"{f.source} · {plural(len(f.points), 'point')}, {len(s['keys'])} on the frontier"
 
 
 def plan_bar(init: dict | None = None) -> html.Section:
@@ -244,7 +287,8 @@ def pareto_tab(init: dict | None = None) -> dcc.Tab:
                          className="panel-head"),
                 dcc.Graph(id="pareto", config={"displaylogo": False, "responsive": True},
                           style={"height": "400px"}),
-                html.Div("click a point to select its plan · the slider above walks the non-dominated ones",
+                html.Div("click a point to select its plan · the slider above walks the non-dominated ones (for a "
+                         "dominated point it moves to the nearest stop)",
                          className="muted small"),
             ], className="panel pareto-panel"),
             html.Section([
@@ -300,8 +344,11 @@ def pareto_tab(init: dict | None = None) -> dcc.Tab:
 # ---- in the browser --------------------------------------------------------------------------------
 SLIDER_TO_PLAN = """function(value, pts, cur) {
     if (!pts || value === null || value === undefined) { return window.dash_clientside.no_update; }
-    const key = pts.keys[Math.max(0, Math.min(pts.keys.length - 1, Math.round(value)))];
-    if (cur && cur.gid === pts.gid && cur.version === pts.version && cur.key === key) {
+    const stop = Math.max(0, Math.min(pts.keys.length - 1, Math.round(value)));
+    const key = pts.keys[stop];
+    const same = cur && cur.gid === pts.gid && cur.version === pts.version;
+    // the selection is this stop's point, or a point off the frontier that a click placed the slider for
+    if (same && (cur.key === key || cur.stop === stop)) {
         return window.dash_clientside.no_update;
     }
     return {gid: pts.gid, version: pts.version, key: key};
@@ -406,9 +453,10 @@ def register(app: Dash, state: AppState, guarded, show_message) -> None:
         f = plans.frontier(gid)
         key = pts[0]["customdata"]
         plans.prefetch(gid, around=key)
-        s = slider_of(f)
-        value = s["keys"].index(key) if key in s["keys"] else no_update
-        return {"gid": gid, "version": f.version, "key": key}, value
+        # the slider follows: to the point's own stop, or for a dominated point to the nearest one
+        # ("stop" tells SLIDER_TO_PLAN that this move only shows the selection, not a new one)
+        stop = slider_stop(f, key)
+        return {"gid": gid, "version": f.version, "key": key, "stop": stop}, stop
 
     def selected(sel) -> tuple[Frontier, str, int]:
         if not sel:
@@ -429,13 +477,9 @@ def register(app: Dash, state: AppState, guarded, show_message) -> None:
         if ctx.triggered_id != "plan-poll":
             plans.prefetch(gid, around=key)  # this point, and the slider's next stops either way
         v = plans.view(gid, key, wait=PLAN_WAIT)
-        p = f.points[key]
-        caption = (f"point {key}: {label_of(p.method)} {p.label} · "
-                   f"{len(p.applications)} rule applications")
         if v is None:
-            return plan_cards(f, key, None, f.device), caption, no_update, False
-        caption += f" · {v.copies()} swap copies"
-        return plan_cards(f, key, v, f.device), caption, marks_of(v, gid, f.version), True
+            return plan_cards(f, key, None, f.device), plan_caption(f, key), no_update, False
+        return plan_cards(f, key, v, f.device), plan_caption(f, key, v), marks_of(v, gid, f.version), True
 
     @app.callback(Output("plan-memory", "figure"), Output("plan-hotspots", "data"), Output("pareto", "figure"),
                   Output("pareto-drawn", "data"),
@@ -529,8 +573,8 @@ def register(app: Dash, state: AppState, guarded, show_message) -> None:
             log.exception("plan upload failed")
             show_message(f"Could not open {name!r}: {type(e).__name__}: {e}")
             return no_update, None
-        show_message(f"Opened {name}: {len(f.points)} points for {state.label(gid)}.", "ok")
+        show_message(f"Opened {name}: {plural(len(f.points), 'point')} for {state.label(gid)}.", "ok")
         return {"gid": gid, "version": f.version}, None
 
 
-__all__ = ["fit_point", "pareto_figure", "pareto_tab", "plan_bar", "plan_cards", "register", "slider_of"]
+__all__ = ["fit_point", "pareto_figure", "plan_caption", "slider_stop", "pareto_tab", "plan_bar", "plan_cards", "register", "slider_of"]

@@ -10,7 +10,7 @@ from dash import html
 from core.analysis.dominators import DominatorTree
 from core.analysis.lifetimes import Storage
 from core.cost import DEVICES
-from core.fmt import format_bytes
+from core.fmt import format_bytes, plural
 from core.ir.graph import Graph, NodeKind, TRef
 
 from .figures import fmt_seconds, short_op, tensor_name
@@ -41,7 +41,7 @@ def summary_cards(label: str, g: Graph, base: Analysis, cur: Analysis, device: s
     n_hot = sum(1 for s in cur.hot if s.alloc >= 0)
     return [
         _card("model", label, f"{mode} graph" if mode else g.name, kind="model"),
-        _card("nodes", f"{ops:,} ops", f"+ {ph:,} inputs & weights"),
+        _card("nodes", plural(ops, "op"), f"+ {ph:,} inputs & weights"),
         _card("weights", format_bytes(g.weight_bytes()), "parameters, buffers, optimizer state"),
         _card("baseline peak", format_bytes(base.sim.peak), "traced (PyTorch) order", id_="baseline-peak"),
         _card(f"peak · {cur.name}", format_bytes(cur.sim.peak),

@@ -25,6 +25,7 @@ import numpy as np
 
 from core.analysis.lifetimes import Storage
 from core.cost import DEFAULT_PROFILE, AnalyticCost
+from core.fmt import plural
 from core.ir.graph import Graph, NodeKind
 from core.search.pareto import FRONT, non_dominated, vector
 from core.search.plan import Plan, PlanError, PlanFile, check_order, load_plans, plans_from_bytes, replay
@@ -69,6 +70,30 @@ class PointView:
     def copies(self) -> int:
         return sum(1 for n in self.graph.nodes.values() if n.kind in (NodeKind.STORE, NodeKind.LOAD))
 
+    def swaps(self) -> SwapCount:
+        """What the plan swaps, the one count every view prints: a swapped tensor is one STORE (device
+        -> host) with its LOADs (host -> device, one per later reuse)."""
+        stores = [n for n in self.graph.nodes.values() if n.kind == NodeKind.STORE]
+        loads = sum(1 for n in self.graph.nodes.values() if n.kind == NodeKind.LOAD)
+        return SwapCount(len({n.inputs()[0] for n in stores if n.inputs()}), len(stores), loads)
+
+
+@dataclass(frozen=True)
+class SwapCount:
+    tensors: int  # distinct tensors copied to the host
+    stores: int
+    loads: int
+
+    def __bool__(self) -> bool:
+        return bool(self.stores or self.loads)
+
+    def text(self) -> str:
+        """ "4 tensors swapped (4 stores, 4 loads)", or "no tensor swapped"."""
+        if not self:
+            return "no tensor swapped"
+        return (f"{plural(self.tensors, 'tensor')} swapped ({plural(self.stores, 'store')}, "
+                f"{plural(self.loads, 'load')})")
+
 
 @dataclass
 class Step:
@@ -86,6 +111,8 @@ class Step:
     latency: tuple[float, float]  # before, after (seconds)
     curve: tuple[np.ndarray, np.ndarray]  # memory per schedule step, before and after
     marks: dict[int, str]  # imported ops this step changed
+    names: dict[int, str] = field(default_factory=dict)  # node id -> name, for the application's node params
+    enables: list[int] = field(default_factory=list)  # later steps whose application names a node this one added
 
     @property
     def rule(self) -> str:
@@ -154,6 +181,7 @@ def build_steps(imported: Graph, plan: Plan, device: str, base_order: list[int],
 
     ev = DeltaEvaluator(imported.copy(), base_order, AnalyticCost(device), rules=dict(RULES))
     steps: list[Step] = []
+    made: dict[int, int] = {}  # node id -> the step that added it
     for k, app in enumerate(plan.applications):
         if cancel is not None and cancel.is_set():
             break
@@ -176,10 +204,15 @@ def build_steps(imported: Graph, plan: Plan, device: str, base_order: list[int],
         for nid in added:
             if nid in origin:
                 marks.setdefault(origin[nid], kind)
+        shown = {p: names.get(p) or imported.nodes[p].name for p in app.params
+                 if p in names or p in imported.nodes}
+        for j in sorted({made[p] for p in app.params if p in made}):
+            steps[j].enables.append(k)
+        made.update(dict.fromkeys(added, k))
         steps.append(Step(k, app, [g.nodes[v].name for v in added if v in g.nodes],
                           [names[v] for v in erased], [g.nodes[v].name for v in rewired if v in g.nodes],
                           child.lo, child.hi, len(child.window), (before.peak, child.peak),
-                          (before.latency, child.latency), (curve0, ev.curve.copy()), marks))
+                          (before.latency, child.latency), (curve0, ev.curve.copy()), marks, shown))
     return steps
 
 
@@ -373,17 +406,30 @@ class PlanStore:
             if old is not None and not old.done:
                 return old
             job = self._jobs[(gid, "optimize")] = Job("optimize", gid)
+        job.progress = {"budget": time_budget}
         g = self._entry(gid).graph
+        # states evaluated by the sweep's searches: each search's Record counts its own from 0
+        done = {"search": None, "before": 0, "last": 0}
 
         def run() -> None:
             from core.search import moptimizer
 
             try:
                 def progress(r) -> None:
-                    job.progress = {"iteration": r.iteration, "best_peak": r.best_peak,
-                                    "best_latency": r.best_latency, "states": r.generated,
-                                    "frontier_peak": r.frontier_peak, "search_seconds": round(r.seconds, 1)}
                     m = job.result
+                    at = getattr(m, "sweep_at", None)
+                    if at is not None and at[0] != done["search"] or at is None and r.iteration == 1:
+                        done["search"] = at[0] if at is not None else None
+                        done["before"] += done["last"]
+                    done["last"] = r.generated
+                    job.progress = {"budget": time_budget, "iteration": r.iteration, "best_peak": r.best_peak,
+                                    "best_latency": r.best_latency, "states": r.generated,
+                                    "evaluated": done["before"] + r.generated,
+                                    "distinct": len(m.seen) if m is not None else None,
+                                    "frontier_peak": r.frontier_peak, "search_seconds": round(r.seconds, 1)}
+                    if at is not None:
+                        job.progress.update(limit=at[0], limits=at[1], limit_bytes=at[2],
+                                            limit_ratio=at[2] / m.root.peak if m.root.peak else 1.0)
                     if m is not None:
                         job.frontier = [(s.peak, s.latency) for s in m.frontier()]
 
@@ -398,6 +444,8 @@ class PlanStore:
                 self.set_frontier(gid, pf, f"optimized here ({time_budget:g} s budget, {device}; {why})")
                 job.frontier = [(p.peak, p.latency) for p in pf.points if p.method == "magis"]
                 job.progress["points"] = sum(p.method == "magis" for p in pf.points)
+                job.progress["distinct"] = pf.meta.get("states")  # every distinct state, the warm start's too
+                job.progress.setdefault("evaluated", 0)
                 self.prefetch(gid)
             except Exception as e:  # noqa: BLE001 -- the page shows it; the server keeps running
                 log.exception("optimization of %s failed", gid)
@@ -468,5 +516,5 @@ class PlanStore:
         self._steps_pool.shutdown(wait=False, cancel_futures=True)
 
 
-__all__ = ["Frontier", "Job", "PlanStore", "PointView", "Step", "build_steps", "build_view", "get_rule",
+__all__ = ["Frontier", "Job", "PlanStore", "PointView", "Step", "SwapCount", "build_steps", "build_view", "get_rule",
            "origins", "plan_marks"]

@@ -13,7 +13,7 @@ from __future__ import annotations
 from dash import Dash, Input, Output, State, ctx, dcc, html, no_update
 from dash.exceptions import PreventUpdate
 
-from core.fmt import format_bytes
+from core.fmt import format_bytes, plural
 from core.transform.registry import get_rule
 
 from . import figures
@@ -31,38 +31,62 @@ def _names(names: list[str]) -> str:
     return ", ".join(names[:NAMES_SHOWN]) + (f" and {more} more" if more > 0 else "")
 
 
-def app_text(app, shown: int = 6) -> str:
-    """An application as text, its long parameter lists (a fission's region) cut short."""
-    if len(app.params) <= shown + 2:
-        return str(app)
-    head = ", ".join(map(str, app.params[:shown]))
-    return f"{app.rule}({head}, … {len(app.params) - shown} more)"
+def app_text(app, names: dict[int, str] | None = None, shown: int = 6) -> str:
+    """An application as text: its node parameters by name (``names``; the rule says which parameters
+    are nodes, ``Rule.roles``), numbers as they are, long lists (a fission's region) cut short."""
+    names = names or {}
+    try:
+        roles = get_rule(app.rule).roles(app.params)
+    except (KeyError, ValueError):
+        roles = ()
+    parts = [names.get(p, f"#{p}") if role == "node" else str(p)
+             for p, role in zip(app.params, [*roles, *["n"] * (len(app.params) - len(roles))], strict=True)]
+    if len(parts) > shown + 2:
+        parts = [*parts[:shown], f"… {len(parts) - shown} more"]
+    return f"{app.rule}({', '.join(parts)})"
 
 
 def _pct(a: float, b: float) -> str:
     return f"{(b / a - 1) * 100:+.2f}%" if a else ""
 
 
+def peak_change(a: int, b: int) -> str:
+    """The change of a step's peak: a percentage with the bytes, the bytes alone where the percentage
+    would print as 0.00%, or "unchanged"."""
+    d = b - a
+    if d == 0:
+        return "unchanged"
+    size = ("-" if d < 0 else "+") + format_bytes(abs(d))
+    if not a or abs(d / a) * 100 < 0.005:
+        return size
+    return f"{_pct(a, b)}, {size}"
+
+
 def step_rows(steps: list[Step]) -> list[dict]:
-    return [{"step": s.index + 1, "rule": s.rule, "application": app_text(s.app),
-             "peak": f"{format_bytes(s.peak[0])} → {format_bytes(s.peak[1])}",
+    return [{"step": s.index + 1, "rule": s.rule, "application": app_text(s.app, s.names),
+             "peak": f"{format_bytes(s.peak[0])} → {format_bytes(s.peak[1])} ({peak_change(*s.peak)})",
              "latency": f"{figures.fmt_seconds(s.latency[0])} → {figures.fmt_seconds(s.latency[1])}",
-             "window": f"{s.hi - s.lo + 1} → {s.window} ops"} for s in steps]
+             "window": f"{s.hi - s.lo + 1} → {plural(s.window, 'op')}"} for s in steps]
 
 
 def step_details(s: Step, total: int) -> html.Div:
     rows = [
         ("rule", f"{s.rule}: {get_rule(s.rule).text}"),
-        ("application", app_text(s.app, 16)),
+        ("application", app_text(s.app, s.names, 16)),
         ("added", f"{len(s.added)}: {_names(s.added)}"),
         ("removed", f"{len(s.removed)}: {_names(s.removed)}"),
         ("re-wired", f"{len(s.rewired)}: {_names(s.rewired)}"),
-        ("rescheduled", f"schedule positions {s.lo}..{s.hi} ({s.hi - s.lo + 1} ops) re-ordered into "
-                        f"{s.window} ops by incremental scheduling"),
-        ("peak", f"{format_bytes(s.peak[0])} → {format_bytes(s.peak[1])} ({_pct(*s.peak)})"),
+        ("rescheduled", f"schedule positions {s.lo}..{s.hi} ({plural(s.hi - s.lo + 1, 'op')}) re-ordered into "
+                        f"{plural(s.window, 'op')} by incremental scheduling"),
+        ("peak", f"{format_bytes(s.peak[0])} → {format_bytes(s.peak[1])} ({peak_change(*s.peak)})"),
         ("latency", f"{figures.fmt_seconds(s.latency[0])} → {figures.fmt_seconds(s.latency[1])} "
                     f"({_pct(*s.latency)})"),
     ]
+    if s.enables or not s.peak[0] or abs(s.peak[1] - s.peak[0]) / s.peak[0] < 0.00005:
+        later = ", ".join(str(j + 1) for j in s.enables)
+        rows.append(("enables", f"{'step' if len(s.enables) == 1 else 'steps'} {later}: applied to nodes this "
+                     "step added" if s.enables else "no later step builds on its nodes; the peak barely moves: "
+                     "it changes memory away from the peak (the curves below) or the latency"))
     return html.Div([
         html.Div(f"step {s.index + 1} of {total}", className="step-title", id="step-title"),
         html.Table([html.Tr([html.Th(k), html.Td(v)]) for k, v in rows], className="kv step-kv"),
@@ -171,13 +195,13 @@ def register(app: Dash, state, guarded, show_message) -> None:
         n = len(f.points[key].applications)
         steps = plans.steps(gid, key, wait=0.05 if ctx.triggered_id != "step-poll" else 0)
         if steps is None:
-            return no_update, [], False, f"replaying {n} rule applications with incremental scheduling ..."
+            return no_update, [], False, f"replaying {plural(n, 'rule application')} with incremental scheduling ..."
         same = cur and cur.get("gid") == gid and cur.get("version") == f.version and cur.get("key") == key
         if same and ctx.triggered_id == "step-poll":
             return no_update, no_update, True, no_update
         start = len(steps) - 1 if steps else -1
         return ({"gid": gid, "version": f.version, "key": key, "index": start, "count": len(steps)},
-                step_rows(steps), True, f"{len(steps)} steps" if steps else "this plan changes nothing: no steps")
+                step_rows(steps), True, plural(len(steps), "step") if steps else "this plan changes nothing: no steps")
 
     app.clientside_callback(STEP, Output("step", "data", allow_duplicate=True), Output("step-timer", "disabled"),
                             Output("step-play", "children"),

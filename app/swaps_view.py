@@ -18,7 +18,7 @@ import numpy as np
 from dash import Dash, Input, Output, State, ctx, dcc, html, no_update
 from dash.exceptions import PreventUpdate
 
-from core.fmt import format_bytes
+from core.fmt import format_bytes, plural
 from core.ir.graph import Graph, NodeKind, TRef
 from core.search.plan import PlanError
 
@@ -140,7 +140,8 @@ def compute_lanes(v: PointView) -> tuple[list[Busy], list[Wait]]:
 
 
 def swap_summary(v: PointView) -> str:
-    """One line: the copies, the bytes they move each way, and the compute stream's wait for them."""
+    """One line: what the plan swaps (``PointView.swaps``, as every view counts it), the bytes the copies
+    move each way, and the compute stream's wait for them."""
     cs = copies_of(v)
     if not cs:
         return "this plan moves no tensors to host memory"
@@ -148,8 +149,8 @@ def swap_summary(v: PointView) -> str:
     ld = [c for c in cs if c.kind == NodeKind.LOAD]
     wait, lat = v.sim.compute_wait, v.sim.latency
     share = wait / lat * 100 if lat else 0.0
-    return (f"{len(st)} store{'s' * (len(st) != 1)} ({format_bytes(sum(c.nbytes for c in st))} device → host) · "
-            f"{len(ld)} load{'s' * (len(ld) != 1)} ({format_bytes(sum(c.nbytes for c in ld))} host → device) · "
+    return (f"{v.swaps().text()}: {format_bytes(sum(c.nbytes for c in st))} device → host · "
+            f"{format_bytes(sum(c.nbytes for c in ld))} host → device · "
             f"compute waits {figures.fmt_seconds(wait)} for loads ({share:.2f}% of the "
             f"{figures.fmt_seconds(lat)} latency)")
 
@@ -204,7 +205,7 @@ def swap_timeline_figure(v: PointView, base: PointView | None, device: str = "",
     data: list[dict] = []
     busy, waits = compute_lanes(v)
     data.append(_bars(busy, LANES["compute"], "compute", "compute (busy)", COLORS["compute"], [
-        f"<b>compute</b> {_ms(b.start):.3f}–{_ms(b.end):.3f} ms<br>steps {b.first}–{b.last} ({b.ops} ops)"
+        f"<b>compute</b> {_ms(b.start):.3f}–{_ms(b.end):.3f} ms<br>steps {b.first}–{b.last} ({plural(b.ops, 'op')})"
         for b in busy]))
     if waits:
         hover = []
@@ -306,7 +307,7 @@ def register(app: Dash, state: AppState, guarded, show_message) -> None:
             text = html.Span(f"building the view of point {key} of {state.label(gid)} ...", className="muted")
             return text, no_update, no_update, False
         fig = swap_timeline_figure(v, base, f.device)
-        if v.copies():
+        if v.swaps():
             summary = html.Span(swap_summary(v), id="swaps-line")
         else:
             summary = html.Span(no_swaps_text(f), id="swaps-line", className="swaps-none")

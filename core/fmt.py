@@ -19,6 +19,12 @@ def format_bytes(n: float) -> str:
     return f"{n:.2f} {unit}" if abs(n) < 10 else f"{n:.1f} {unit}"
 
 
+def plural(n: int, word: str, many: str | None = None) -> str:
+    """``n`` and the noun in the number it takes: "1 step", "2 steps", "1 tensor swapped" with
+    ``many`` for an irregular plural ("1 copy", "3 copies")."""
+    return f"{n:,} {word if n == 1 else (many or word + 's')}"
+
+
 def parse_bytes(text: str) -> int:
     """``"8GiB"``, ``"512 MiB"``, ``"1.5GB"`` (decimal units), ``"4096"`` -> bytes; ValueError with the
     accepted forms otherwise."""
@@ -52,4 +58,4 @@ def _escape(c: str) -> str:
     return f"\\x{o:02x}" if o < 0x100 else f"\\u{o:04x}" if o < 0x10000 else f"\\U{o:08x}"
 
 
-__all__ = ["format_bytes", "terminal_safe"]
+__all__ = ["format_bytes", "plural", "terminal_safe"]

@@ -92,6 +92,48 @@ def test_pareto_click_selects_a_peer_and_shows_its_memory_and_hotspots(page, ser
     shot(page, "app_pareto")
 
 
+def click_point(pg, key: int, trace: str) -> None:
+    """A click on point ``key`` of the Pareto figure's trace ``trace`` (plotly's own click event)."""
+    pg.evaluate("""([key, name]) => {
+        const gd = document.getElementById('pareto').querySelector('.js-plotly-plot');
+        const i = gd.data.findIndex(t => t.name === name);
+        const j = gd.data[i].customdata.indexOf(key);
+        const pt = {curveNumber: i, pointNumber: j, customdata: key, x: gd.data[i].x[j], y: gd.data[i].y[j]};
+        gd.emit('plotly_click', {points: [pt]});
+    }""", [key, trace])
+
+
+def slider_value(pg) -> int:
+    return int(pg.locator("#plan-slider [role=slider]").first.get_attribute("aria-valuenow"))
+
+
+def test_a_click_on_a_dominated_point_moves_the_slider_to_the_nearest_stop(page, server):
+    _url, app = server
+    f = app.magis_state.plans.frontier(f"sample:{SAMPLE}")
+    keys = f.slider()
+    from app.optimizer_view import slider_stop
+
+    dtr = next(k for k, p in enumerate(f.points) if p.method == "dtr" and k not in keys)  # dominated
+    stop = slider_stop(f, dtr)
+    assert stop != keys.index(f.default()), "the test needs the slider to move"
+    page.click("text=Pareto frontier")
+    page.wait_for_selector("#pareto .scatterlayer .trace")
+    click_point(page, dtr, "DTR")
+    page.wait_for_function("(k) => document.querySelector('#plan-caption').innerText.startsWith('point ' + k + ':')",
+                           arg=dtr)
+    page.wait_for_function("(v) => document.querySelector('#plan-slider [role=slider]')"
+                           ".getAttribute('aria-valuenow') === String(v)", arg=stop)
+    page.wait_for_timeout(800)  # the slider's move leaves the clicked selection alone
+    assert text(page, "#plan-method") == "DTR" and slider_value(page) == stop
+    assert "off the frontier" in text(page, "#plan-caption")
+    # from there the slider walks the frontier again: one stop right is that stop's point
+    page.locator("#plan-slider [role=slider]").first.focus()
+    page.keyboard.press("ArrowRight")
+    page.wait_for_function("(k) => document.querySelector('#plan-caption').innerText.startsWith('point ' + k + ':')",
+                           arg=keys[stop + 1])
+    assert "off the frontier" not in text(page, "#plan-caption")
+
+
 def test_rule_steps_forward_back_and_play(page, server):
     page.click("text=Rule steps")
     page.wait_for_selector("#step-title")
@@ -135,9 +177,13 @@ def test_optimize_shows_progress_and_cancel_keeps_the_best(page, server, monkeyp
     page.click("#opt-run")
     page.wait_for_function("() => document.querySelector('#opt-status').innerText.includes('optimizing')")
     page.wait_for_function("() => /iteration \\d+/.test(document.querySelector('#opt-status').innerText)")
+    page.wait_for_function("() => /limit 1 of 4: .*iteration \\d+ · \\d+ states? evaluated/"
+                           ".test(document.querySelector('#opt-status').innerText)")
+    assert re.search(r"\d+ s of 30 s \(\d+ s left\)", text(page, "#opt-status"))
     shot(page, "app_optimize_running")
     page.click("#opt-cancel")
     page.wait_for_function("() => document.querySelector('#opt-status').innerText.startsWith('finished')")
+    assert re.search(r"limits? searched · [\d,]+ states? evaluated \([\d,]+ distinct", text(page, "#opt-status"))
     page.wait_for_function("() => document.querySelector('#frontier-source').innerText.includes('optimized here')")
     assert "cancelled" in text(page, "#frontier-source")
     f = app.magis_state.plans.frontier(f"sample:{SAMPLE}")

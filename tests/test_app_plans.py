@@ -74,6 +74,24 @@ def test_pareto_figure_has_a_trace_per_method_with_point_keys():
     assert sel["x"] == [80] and sel["y"] == [pytest.approx(1.02e3)]
 
 
+@pytest.mark.parametrize("peaks", [(214_180, 250_772, 271_508),  # bert_tiny: 0.79x .. 1.00x
+                                   (2_100_000_000, 2_900_000_000),  # a narrow range of GiB
+                                   (3_268, 4_480, 4_736), (700 * 2**20, 2**30 + 5)])
+def test_pareto_peak_axis_ticks_in_binary_units_over_the_shown_range(peaks):
+    """The x axis reads like the cards (``format_bytes``: KiB, MiB, GiB), however narrow the range of
+    peaks -- never plotly's decimal kB / MB / GB."""
+    pts = [plan("magis", p, 1.0 + i / 10) for i, p in enumerate(peaks[:-1])] + [plan("eager", peaks[-1], 1.0)]
+    ax = pareto_figure(frontier_of(pts), selected=None)["layout"]["xaxis"]
+    lo, hi = ax["range"]
+    vals, text = ax["tickvals"], ax["ticktext"]
+    assert vals is not None and len(vals) >= 3 and all(lo <= v <= hi for v in vals)
+    assert len(set(text)) == len(text) and "tickformat" not in ax
+    unit = text[0].split()[1]
+    assert unit in ("B", "KiB", "MiB", "GiB") and all(t.endswith(" " + unit) for t in text)
+    scale = 1024 ** ("B", "KiB", "MiB", "GiB").index(unit)
+    assert [float(t.split()[0]) * scale for t in text] == pytest.approx(vals)  # each label is its value
+
+
 @pytest.fixture
 def fig6():
     g = load_sample_graph("fig6_ftree")
@@ -185,5 +203,105 @@ def test_optimize_job_from_the_app_finishes_or_cancels_keeping_the_best():
             time.sleep(0.2)
         assert job2.done and job2.error is None
         assert "cancelled" in st.plans.frontier(gid).source
+    finally:
+        st.shutdown()
+
+
+def test_a_dominated_point_places_the_slider_at_the_nearest_stop_and_says_so():
+    pts = [plan("magis", 50, 1.20), plan("magis", 60, 1.05), plan("dtr", 62, 1.30),  # dominated by [1]
+           plan("dtr", 80, 1.02), plan("sqrt_n", 75, 1.10),  # dominated by [3]... nearer 80 than 60
+           plan("eager", 100, 1.00)]
+    f = frontier_of(pts)
+    from app.optimizer_view import plan_caption, slider_stop
+
+    assert f.slider() == [0, 1, 3, 5]
+    assert [slider_stop(f, k) for k in range(6)] == [0, 1, 1, 2, 2, 3]
+    assert "off the frontier" not in plan_caption(f, 1)
+    cap = plan_caption(f, 2)
+    assert cap.startswith("point 2: DTR") and "off the frontier" in cap and "nearest stop, 0.60x" in cap
+    assert "0 rule applications" in cap
+
+
+def test_rule_steps_name_their_nodes_and_say_what_a_flat_step_enables(fig6):
+    """A step's application shows node names (``Rule.roles`` says which parameters are nodes), never
+    raw ids; a step that barely moves the peak shows the bytes, and says which later steps build on it."""
+    from app.steps_view import app_text, peak_change
+
+    g, m = fig6
+    fission = [a for a in m.ev.rules["ftree"].match(m.ev.g, []) if a.rule == "fission"][0]
+    m.seed([fission])
+    mutate = next(a for a in m.ev.rules["ftree"].match(m.ev.g, []) if a.rule == "mutate")
+    s = m.seed([fission, mutate])
+    steps = build_steps(g, m.plan(s), "rtx3090", m.order)
+    rows = step_rows(steps)
+    n, cn, cj, cd, *region = fission.params
+    first = rows[0]["application"]
+    assert first.startswith(f"fission({n}, {g.nodes[cn].name}, {cj}, {cd}, {g.nodes[region[0]].name}")
+    top = mutate.params[0]  # the fission node the first step added, by its name
+    assert steps[1].names[top].startswith("fission_") and top not in g.nodes
+    assert rows[1]["application"].startswith(f"mutate({steps[1].names[top]}, {g.nodes[cn].name}, ")
+    assert steps[0].enables == [1] and steps[1].enables == []
+    assert "step 2: applied to nodes this step added" in str(step_details(steps[0], 2))
+    # the count of remat_chain's readers is a number, the nodes are names
+    names = {5: "mm_5", 7: "gelu_1", 1: "node_one"}
+    assert app_text(Application("remat_chain", (1, 5, 7)), names) == "remat_chain(1, mm_5, gelu_1)"
+    assert app_text(Application("swap", (5, 0, 7)), names) == "swap(mm_5, 0, gelu_1)"
+    assert app_text(Application("remat", (5, 99)), names) == "remat(mm_5, #99)"  # no name: the id, marked
+    assert peak_change(10**8, 10**8 - 512) == "-512 B"  # -0.0005%: the bytes, never "-0.00%"
+    assert peak_change(10**6, 10**6 - 512) == "-0.05%, -512 B"
+    assert peak_change(1000, 1000) == "unchanged"
+    assert peak_change(1000, 900) == "-10.00%, -100 B"
+
+
+def test_counts_of_one_are_singular():
+    from app.optimizer_view import _hover, plan_caption, plan_cards
+    from core.fmt import plural
+
+    assert [plural(n, "step") for n in (0, 1, 2, 1234)] == ["0 steps", "1 step", "2 steps", "1,234 steps"]
+    assert plural(1, "copy", "copies") == "1 copy" and plural(3, "copy", "copies") == "3 copies"
+    one = Plan("magis", [Application("remat", (1, 2))], [], metrics(50, 1.2), "one")
+    f = frontier_of([one, plan("eager", 100, 1.0)])
+    assert "1 step" in str(plan_cards(f, 0, None, "rtx3090")) and "1 steps" not in str(plan_cards(f, 0, None, "rtx3090"))
+    assert plan_caption(f, 0).endswith("· 1 rule application")
+    assert "1 rule application" in _hover(one, f.points[1]) and "1 rule applications" not in _hover(one, f.points[1])
+
+
+def test_job_line_says_which_limit_the_time_left_and_the_states_so_far():
+    from app.optimizer_view import job_line
+
+    assert job_line({"seconds": 0.2, "budget": 30}) == \
+        "optimizing ... 0 s of 30 s (30 s left) · warm start (greedy fission, then remat steps)"
+    run = {"seconds": 12.4, "budget": 30, "iteration": 7, "limit": 2, "limits": 4, "limit_bytes": 3 * 2**20,
+           "limit_ratio": 0.6, "evaluated": 1234, "distinct": 987, "frontier_peak": 2**20}
+    assert job_line(run) == ("optimizing ... 12 s of 30 s (18 s left) · limit 2 of 4: 0.60x (3.00 MiB), "
+                             "iteration 7 · 1,234 states evaluated (987 distinct, warm start included) · "
+                             "best peak so far 1.00 MiB")
+    assert "limit 5 (a gap in the frontier): 0.60x" in job_line(run | {"limit": 5})
+    assert job_line(run | {"done": True, "seconds": 30.1, "limit": 6, "points": 1}) == (
+        "finished in 30 s of 30 s · 6 limits searched · 1,234 states evaluated (987 distinct, warm start "
+        "included) · 1 frontier point")
+
+
+def test_optimize_job_counts_every_search_of_the_sweep():
+    """The progress of the app's run adds up the states of every search of the sweep (each search's
+    Record counts from 0), and knows which of the sweep's limits it is at."""
+    st = AppState()
+    try:
+        gid = "sample:fig6_ftree"
+        seen: list[dict] = []
+        job = st.plans.start_optimize(gid, 3.0, "rtx3090")
+        t0 = time.time()
+        while not job.done and time.time() - t0 < 60:
+            seen.append(dict(job.progress))
+            time.sleep(0.05)
+        assert job.done and job.error is None, job.error
+        recs = st.plans.frontier(gid).plans.records
+        ends = [r for i, r in enumerate(recs) if i + 1 == len(recs) or recs[i + 1]["iteration"] <= r["iteration"]]
+        assert len(ends) >= 2, "the sweep ran several searches"
+        assert job.progress["evaluated"] == sum(r["generated"] for r in ends)
+        assert job.progress["limits"] == 4 and job.progress["limit"] >= len(ends)
+        assert job.progress["distinct"] > 0
+        assert {p.get("limit") for p in seen if "limit" in p} >= {1}
+        assert all(p["budget"] == 3.0 for p in seen)
     finally:
         st.shutdown()

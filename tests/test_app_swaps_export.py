@@ -96,7 +96,7 @@ def test_summary_counts_the_copies_the_bytes_and_the_wait(views):
     text = swaps_view.swap_summary(v)
     (st,) = [n for n in v.graph.nodes.values() if n.kind == NodeKind.STORE]
     nbytes = format_bytes(st.outputs[0].nbytes)
-    assert text.startswith(f"1 store ({nbytes} device → host) · 1 load ({nbytes} host → device)")
+    assert text.startswith(f"1 tensor swapped (1 store, 1 load): {nbytes} device → host · {nbytes} host → device")
     share = v.sim.compute_wait / v.sim.latency * 100
     assert f"compute waits {fmt_seconds(v.sim.compute_wait)} for loads ({share:.2f}% of the " \
            f"{fmt_seconds(v.sim.latency)} latency)" in text
@@ -189,3 +189,44 @@ def test_verify_progress_shows_running_errors_as_one_line_and_the_outcome():
     assert result.id == "export-verify-outcome"
     verdict = result.children[0].children[0]
     assert verdict.children == "failed" and "fail" in verdict.className
+
+
+def test_every_view_counts_swaps_alike(state):
+    """One definition of a swap (``PointView.swaps``: a swapped tensor is a STORE with its LOADs) in the
+    plan bar's card and caption, the Swaps tab and the Export tab -- here one tensor loaded back for
+    two readers: 1 tensor, 1 store, 2 loads (3 copies, 2 swap applications)."""
+    from app.optimizer_view import plan_cards
+    from app.plan_store import Frontier, build_view
+    from core.cost import AnalyticCost
+    from core.schedule import get_scheduler
+    from core.search.plan import Plan, PlanFile
+    from core.search.wl_hash import graph_hash
+    from core.simulate import simulate
+    from core.transform.registry import RULES
+
+    g = state.entry(GID).graph
+    eager = state.plans.frontier(GID).points[-1]
+    sim = simulate(g, eager.order, AnalyticCost("rtx3090"))
+    hot = [s.root for s in sim.hotspots() if s.alloc >= 0 and not s.scratch]
+    apps = RULES["swap"].match(g, hot)
+    by_tensor: dict = {}
+    for a in apps:
+        by_tensor.setdefault(a.params[:2], []).append(a)
+    two = next(v[:2] for v in by_tensor.values() if len(v) >= 2)
+    h = g.copy()
+    for a in two:
+        RULES["swap"].apply(h, a)
+    order = get_scheduler("traced").run(h).order
+    p = Plan("magis", two, order, simulate(h, order, AnalyticCost("rtx3090")).metrics(), label="two loads")
+    pf = PlanFile(g.name, graph_hash(g), "rtx3090", [p, eager])
+    f = Frontier(GID, pf, "test")
+    v = build_view(g, p, 0, "rtx3090")
+    text = "1 tensor swapped (1 store, 2 loads)"
+    assert v.swaps().text() == text and v.copies() == 3
+    cards = str(plan_cards(f, 0, v, "rtx3090"))
+    assert "1 tensor swapped" in cards and "2 swapped" not in cards
+    assert swaps_view.swap_summary(v).startswith(text + ":")
+    line = export_view.plan_line(GID, f, 0, v)
+    assert text in line and "swaps)" not in line and "2 rule applications" in line
+    assert "1 rule application ·" in export_view.plan_line(GID, Frontier(GID, PlanFile(
+        g.name, graph_hash(g), "rtx3090", [Plan("magis", two[:1], [], p.metrics), eager]), "test"), 0)

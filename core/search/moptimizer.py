@@ -135,6 +135,9 @@ class MOptimizer:
         self.ev = DeltaEvaluator(g.copy(), self.order, self.cost, rules=table)
         self.root = self.ev.root
         self.seen: set[int] = {self.root.hash}
+        # the Pareto sweep's current search, for a caller that shows progress: (k, n, limit bytes) --
+        # the k-th search (1-based) of the sweep's n fixed limits, k > n for a search of a frontier gap
+        self.sweep_at: tuple[int, int, int] | None = None
         self.pareto_archive: ParetoArchive[MState] = ParetoArchive(lambda s: vector(s.metrics, FRONT))
         self.pareto_archive.add(self.root)
 
@@ -378,9 +381,11 @@ class MOptimizer:
         best = start or self.root
         res = None
         tried: set[int] = set()
+        self.sweep_at = None
 
         def run(limit: float, begin: MState, share: float) -> None:
             nonlocal res
+            self.sweep_at = (self.sweep_at[0] + 1 if self.sweep_at else 1, len(fractions), int(limit))
             res = self.search("memory", limit, share, progress, cancel, start=begin)
             offset = time.perf_counter() - t0 - res.seconds
             records.extend(Record(r.seconds + offset, r.iteration, r.best_peak, r.best_latency, r.generated,

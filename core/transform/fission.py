@@ -154,6 +154,10 @@ class Fission(FTreeNamed, Rule):
     option = RuleOption("--enable", "ID[:N]", "Enable: split F-Tree node ID (from `magis ftree`) into N parts "
                         "(default: the smallest divisor); a leaf, or the parent of an enabled node (nested fission)")
 
+    def roles(self, params: tuple[int, ...]) -> tuple[str, ...]:
+        # params: (n, comp node, output, dim, *S)
+        return ("n", "node", "n", "n") + ("node",) * (len(params) - 4)
+
     def match(self, g: Graph, hot: Iterable[TRef] = (), where: Where | None = None) -> list[Application]:
         return []  # F-Trans applications come from the F-Tree (analysis.ftree), not from hot-spots
 

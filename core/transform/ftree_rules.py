@@ -71,6 +71,10 @@ class Disable(FTreeNamed, Rule):
     text = "F-Tree Disable: undo a fission"
     option = RuleOption("--disable", "ID", "Disable: take back enabled F-Tree node ID (one without enabled descendants)")
 
+    def roles(self, params: tuple[int, ...]) -> tuple[str, ...]:
+        # params: (F, comp node, output, dim, |S|, min S)
+        return ("node", "node", "n", "n", "n", "node")[:len(params)]
+
     def match(self, g: Graph, hot: Iterable[TRef] = (), where: Where | None = None) -> list[Application]:
         return []  # applications come from FTreeMutations
 
@@ -94,6 +98,10 @@ class Mutate(FTreeNamed, Rule):
     text = "F-Tree Mutate: change the number of parts"
     option = RuleOption("--mutate", "ID[:N]", "Mutate: split enabled F-Tree node ID into N parts instead (default: the next divisor)")
 
+    def roles(self, params: tuple[int, ...]) -> tuple[str, ...]:
+        # params: (F, comp node, output, dim, |S|, min S, n)
+        return ("node", "node", "n", "n", "n", "node", "n")[:len(params)]
+
     def match(self, g: Graph, hot: Iterable[TRef] = (), where: Where | None = None) -> list[Application]:
         return []
 
@@ -116,6 +124,10 @@ class Lift(FTreeNamed, Rule):
     family = "fission"
     text = "F-Tree Lift: widen an enabled fission to its parent region"
     option = RuleOption("--lift", "ID", "Lift: disable enabled F-Tree node ID and enable its parent")
+
+    def roles(self, params: tuple[int, ...]) -> tuple[str, ...]:
+        # params: (F, n, comp node, output, dim, *S)
+        return ("node", "n", "node", "n", "n") + ("node",) * (len(params) - 5)
 
     def match(self, g: Graph, hot: Iterable[TRef] = (), where: Where | None = None) -> list[Application]:
         return []

@@ -110,6 +110,10 @@ class RematChain(Rule):
     family = "remat"
     text = "Remat chain: the readers after the peak get recomputed copies of the tensor and its inputs"
 
+    def roles(self, params: tuple[int, ...]) -> tuple[str, ...]:
+        # params: (|U|, *U, *S)
+        return ("n",) + ("node",) * (len(params) - 1)
+
     def match(self, g: Graph, hot: Iterable[TRef], where: Where | None = None) -> list[Application]:
         if where is None or not where.peaks:
             return []

@@ -79,6 +79,12 @@ class Rule:
 
         return Application(self.name, (node_named(g, text).id,))
 
+    def roles(self, params: tuple[int, ...]) -> tuple[str, ...]:
+        """What each parameter of an application is, for showing it by name: "node" (a node id of the
+        graph it applies to, or of the imported graph) or "n" (a number: a count, an output index, a
+        dimension, a number of parts).  By default every parameter is a node."""
+        return ("node",) * len(params)
+
     def match(self, g: Graph, hot: Iterable[TRef], where: Where | None = None) -> list[Application]:
         """Applications of this rule in ``g``, restricted to the memory hot-spot tensors ``hot``
         (heuristic H2 of the paper) where the rule is about tensors.  ``where`` (the schedule) is

@@ -62,6 +62,10 @@ class Swap(Rule):
     option = RuleOption("--swap", "TENSOR:USER", "TENSOR is stored to the host after it is produced and loaded "
                         "back for USER")
 
+    def roles(self, params: tuple[int, ...]) -> tuple[str, ...]:
+        # params: (A, j, B)
+        return ("node", "n", "node")[:len(params)]
+
     def from_text(self, g: Graph, text: str, *, where: Where | None = None, ftree=None) -> Application:
         ref, b = tensor_and_user(g, text, self.option.flag)
         return Application(self.name, (ref.node, ref.index, b))
@@ -136,6 +140,10 @@ class SwapLate(Rule):
     option = RuleOption("--swap-late", "TENSOR", "every reader of TENSOR after the peak of the traced order reads "
                         "one copy loaded back from host memory")
     needs_schedule = True
+
+    def roles(self, params: tuple[int, ...]) -> tuple[str, ...]:
+        # params: (A, j, |U|, *U, *V)
+        return ("node", "n", "n") + ("node",) * (len(params) - 3)
 
     def from_text(self, g: Graph, text: str, *, where: Where | None = None, ftree=None) -> Application:
         apps = self.match(g, [tensor_named(g, text)], where) if where is not None else []
