@@ -49,7 +49,7 @@ def test_default_budgets_are_0_to_1_in_steps_of_0_05():
 @pytest.mark.slow
 def test_torch_recomputes_differently_when_our_cost_model_makes_an_op_expensive(bert_tiny):
     """At budget 0.5 torch's knapsack (timed by our cost model) recomputes three ``addmm``s; with
-    ``addmm`` 1000 times as expensive it saves two of them (addmm_4 and addmm_10; the classifier's
+    ``addmm`` 1000 times as expensive it saves two of them (addmm_4 and addmm_10; the last one,
     addmm_13 is recomputed by both).  The FLOP estimator ignores the cost model: its decision is
     the same under both."""
     g, model = bert_tiny
