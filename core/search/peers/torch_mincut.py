@@ -1,7 +1,21 @@
 """torch's own rematerialisation: AOTAutograd's min-cut partitioner
 (``torch._functorch.partitioners.min_cut_rematerialization_partition``, the default of
 ``torch.compile`` training; its memory budget is ``torch._functorch.config.activation_memory_budget``,
-solved by the knapsack "dp" solver over FLOP-estimated runtimes).
+solved by the knapsack "dp" solver).
+
+The knapsack weighs each op it may recompute by ``partitioners.estimate_runtime``, which reads
+``config.activation_memory_budget_runtime_estimator``: torch's default ``"flops"`` counts FLOPs, so
+memory-bound ops look free.  ``estimator="ours"`` (the default) passes a
+``torch._inductor.custom_graph_pass.CustomRuntimeEstimator`` there instead
+(:class:`CostModelEstimator`): each fx node is timed by our cost model's ``node_time`` of the node of
+the same name.  Only the knapsack uses the estimate: torch's min-cut itself (budget 1, and the
+"aggressive" cuts it tries first below 1) recomputes pointwise ops and norms by its own rules,
+assuming Inductor fuses them.  So every point reports two latencies: ``Plan.metrics.latency``
+charges each recomputation its full cost, ``stats["latency_fused"]`` charges nothing for a
+recomputed pointwise op (:func:`fused_latency`), as when Inductor fuses it into its consumer.
+
+The joint graph is traced once per run and deep-copied for each budget (the partitioner runs DCE
+on it in place); the budgets are 0 to 1 in steps of 0.05.
 
 torch runs on the joint forward+backward graph of the workload, traced again exactly as our
 importer traces it (AOTAutograd ``aot_export_module``, so every fx node has the name of our node),
@@ -18,14 +32,31 @@ saved.
 
 from __future__ import annotations
 
+import copy
 import operator
 import time
+from collections import Counter
 from typing import Any
 
+from ...cost.model import CostModel
+from ...ir import ops as ops_registry
+from ...ir.graph import Graph, Node
+from ...simulate import simulate
 from .base import Peer
-from .common import Failure, candidates, forward_ops, make_plan, own_bytes, realise, two_instance_decision
+from .common import (
+    Failure,
+    Realised,
+    candidates,
+    forward_ops,
+    make_plan,
+    own_bytes,
+    realise,
+    two_instance_decision,
+)
 
-BUDGETS = (1.0, 0.8, 0.5, 0.3, 0.1, 0.0)
+BUDGETS = tuple(round(1.0 - 0.05 * i, 2) for i in range(21))  # 1.0, 0.95, ..., 0.05, 0.0
+ESTIMATORS = ("ours", "flops")  # the knapsack's runtimes: our cost model, or torch's FLOP count
+FUSIBLE = ("elementwise", "copy")  # ops registry categories Inductor fuses into their consumer
 
 
 def joint_graph(workload: Any, traced_as: str = "eager"):
@@ -83,15 +114,97 @@ def joint_graph(workload: Any, traced_as: str = "eager"):
     return gm, n_fwd, names
 
 
-def partition(workload: Any, budget: float, *, solver: str = "dp", cse: bool = False, traced_as: str = "eager"):
-    """torch's (forward module, backward module, names of the joint graph's ops) at ``budget``."""
+def _fx_bytes(node) -> int:
+    """Bytes of the tensors an fx node reads and writes (its ``meta['val']`` and its inputs')."""
+    import torch
+    from torch.utils._pytree import tree_leaves
+
+    vals = [a.meta.get("val") for a in node.all_input_nodes] + tree_leaves(node.meta.get("val"))
+    return sum(v.numel() * v.element_size() for v in vals if isinstance(v, torch.Tensor))
+
+
+def cost_model_estimator(g: Graph, cost: CostModel):
+    """A ``torch._inductor.custom_graph_pass.CustomRuntimeEstimator`` that times fx nodes with
+    ``cost`` (:class:`CostModelEstimator`); built here so that torch is imported only when needed."""
+    from torch._inductor.custom_graph_pass import CustomRuntimeEstimator
+
+    class CostModelEstimator(CustomRuntimeEstimator):
+        """torch's knapsack runtime of an fx node (``partitioners.estimate_runtime`` with
+        ``config.activation_memory_budget_runtime_estimator`` set to this object):
+        ``cost.node_time`` of the node of ``g`` with the fx node's name, in microseconds (the dp
+        solver keeps runtimes in float32).  A node ``g`` does not have is timed as a memory-bound
+        kernel of the bytes it reads and writes (``unmapped`` lists them)."""
+
+        def __init__(self) -> None:
+            self.by_name: dict[str, Node] = {n.name: n for n in g.ops()}
+            self.calls = 0
+            self.unmapped: list[str] = []
+
+        def __call__(self, node) -> float:
+            self.calls += 1
+            ours = self.by_name.get(node.name)
+            if ours is not None:
+                return cost.node_time(g, ours) * 1e6
+            self.unmapped.append(node.name)
+            dev = cost.device
+            return (dev.launch_overhead + _fx_bytes(node) / (dev.mem_bandwidth * dev.memory_efficiency)) * 1e6
+
+        def uuid(self) -> Any:
+            return ("magis-cost-model", type(cost).__name__, cost.device.name)
+
+    return CostModelEstimator()
+
+
+def partition(joint: tuple, budget: float, *, solver: str = "dp", cse: bool = False, estimator: Any = "flops"):
+    """torch's (forward module, backward module) at ``budget`` on a copy of ``joint`` (what
+    :func:`joint_graph` returns); ``estimator``: the knapsack's runtime estimator
+    (``config.activation_memory_budget_runtime_estimator``: ``"flops"`` or a
+    ``CustomRuntimeEstimator``, e.g. :func:`cost_model_estimator`)."""
     import torch._functorch.config as fconfig
     from torch._functorch.partitioners import min_cut_rematerialization_partition
 
-    gm, n_fwd, names = joint_graph(workload, traced_as)
-    with fconfig.patch(activation_memory_budget=budget, activation_memory_budget_solver=solver, cse=cse):
+    gm, n_fwd, _ = joint
+    gm = copy.deepcopy(gm)  # the partitioner edits the joint graph in place (DCE, CSE)
+    with fconfig.patch(activation_memory_budget=budget, activation_memory_budget_solver=solver, cse=cse,
+                       activation_memory_budget_runtime_estimator=estimator):
         fw, bw = min_cut_rematerialization_partition(gm, None, num_fwd_outputs=n_fwd)
-    return fw, bw, names
+    return fw, bw
+
+
+class _FusedRecompute(CostModel):
+    """``base``, but the nodes in ``free`` take no time."""
+
+    def __init__(self, base: CostModel, free: set[int]) -> None:
+        self.base, self.free, self.device = base, free, base.device
+
+    def node_time(self, g: Graph, node: Node) -> float:
+        return 0.0 if node.id in self.free else self.base.node_time(g, node)
+
+    def transfer_time(self, nbytes: float) -> float:
+        return self.base.transfer_time(nbytes)
+
+
+def fused_latency(r: Realised, cost: CostModel) -> tuple[float, int]:
+    """(latency of ``r`` with its recomputed pointwise ops fused, how many were): a recomputed copy
+    of an op of the ``FUSIBLE`` categories (elementwise, copy) runs inside the kernel of its one
+    reader, as Inductor fuses pointwise producers into their consumer, so it costs no launch and no
+    memory traffic of its own -- it takes no time.  (The consumer reads the copy's inputs instead of
+    its output: as many bytes for a unary op, so this is the fused latency of an ideal Inductor.)
+    Norms, reductions and matmuls recomputed keep their full cost."""
+    h = r.graph
+    free = set()
+    for v in r.order:
+        n = h.nodes[v]
+        d = ops_registry.get(n.op) if n.recompute_of is not None else None
+        if d is not None and d.category in FUSIBLE:
+            free.add(v)
+    return simulate(h, r.order, _FusedRecompute(cost, free)).latency, len(free)
+
+
+def _kind(op: str) -> str:
+    """An op's name without namespace and overload (``aten.addmm.default`` -> ``addmm``)."""
+    parts = op.split(".")
+    return parts[1] if len(parts) == 3 else op
 
 
 def _names(gm) -> tuple[set[str], list[str]]:
@@ -116,13 +229,19 @@ class TorchMinCut(Peer):
     paper = "PyTorch AOTAutograd min_cut_rematerialization_partition (activation_memory_budget)"
 
     def _run(self, g, cost, *, time_budget, progress, model=None, budgets=BUDGETS, solver="dp",
-             cse=False, **_):
+             cse=False, estimator="ours", **_):
         """``model``: the workload the graph was captured from (module, inputs, loss_fn), built under
-        fake tensors (``frontend.workload.build_fake``)."""
+        fake tensors (``frontend.workload.build_fake``).  ``estimator``: the knapsack's runtimes,
+        ``"ours"`` (``cost``, :func:`cost_model_estimator`) or ``"flops"`` (torch's default)."""
         if model is None:
             raise ValueError("torch_mincut needs the model the graph was captured from (module, inputs, loss_fn)")
-        workload = model
+        if estimator not in ESTIMATORS:
+            raise ValueError(f"torch_mincut's estimator is one of {', '.join(ESTIMATORS)}, not {estimator!r}")
         t0 = time.perf_counter()
+        joint = joint_graph(model, g.meta.get("traced_as", "eager"))  # once; copied per budget
+        trace_s = time.perf_counter() - t0
+        est = cost_model_estimator(g, cost) if estimator == "ours" else "flops"
+        progress(f"torch_mincut: joint graph traced ({trace_s:.1f} s)")
         by_name = {n.name: n.id for n in g.ops()}
         fwd = forward_ops(g)
         cand = candidates(g)
@@ -135,7 +254,7 @@ class TorchMinCut(Peer):
                 continue
             t1 = time.perf_counter()
             try:
-                fw, bw, joint = partition(workload, b, solver=solver, cse=cse, traced_as=g.meta.get("traced_as", "eager"))
+                fw, bw = partition(joint, b, solver=solver, cse=cse, estimator=est)
             except Exception as e:  # noqa: BLE001 -- torch's failure is this point's failure
                 failures.append(Failure(label, f"torch's partitioner failed: {type(e).__name__}: {str(e)[:120]}"))
                 continue
@@ -148,19 +267,27 @@ class TorchMinCut(Peer):
             not_ours = sorted(g.nodes[v].name for v in recompute - cand)
             recompute &= cand
             readers = {by_name[x] for x in bw_ops if x in by_name} - recompute
-            readers |= {v for v in backward_ops if g.nodes[v].name not in joint}  # ours only (sums of tied grads)
+            readers |= {v for v in backward_ops if g.nodes[v].name not in joint[2]}  # ours only (sums of tied grads)
             saved = {by_name[x] for x in bw_in if x in by_name}
             d = two_instance_decision(g, recompute, readers)
             r = realise(g, d)
+            fused, n_fused = fused_latency(r, cost)
+            kinds = Counter(_kind(g.nodes[by_name[x]].op) for x in rec_names)
             plans.append(make_plan(
                 self.name, label, r, cost, activation_memory_budget=b, solver=solver, cse=cse,
-                torch_seconds=round(torch_s, 3), saved_values=len(bw_in) - 1,
+                estimator=estimator, latency_fused=fused, fused_recomputations=n_fused,
+                recomputed_ops=dict(sorted(kinds.items())), recomputed_names=rec_names,
+                trace_seconds=round(trace_s, 3), torch_seconds=round(torch_s, 3), saved_values=len(bw_in) - 1,
                 saved_activation_bytes=sum(own_bytes(g, v) for v in saved if v in fwd),
                 recomputed_by_torch=len(rec_names), unmapped=unmapped[:20], unmapped_count=len(unmapped),
                 not_recomputable=not_ours))
             progress(f"torch_mincut {label}: {len(rec_names)} ops recomputed by torch, "
                      f"{len(bw_in) - 1} saved values ({torch_s:.1f} s)")
+        if estimator == "ours" and est.unmapped:
+            for p in plans:
+                p.stats["estimated_unmapped"] = sorted(set(est.unmapped))[:20]
         return plans, failures
 
 
-__all__ = ["BUDGETS", "TorchMinCut", "joint_graph", "partition"]
+__all__ = ["BUDGETS", "ESTIMATORS", "FUSIBLE", "TorchMinCut", "cost_model_estimator", "fused_latency",
+           "joint_graph", "partition"]

@@ -1,0 +1,106 @@
+"""torch's min-cut partitioner as a peer at full strength (``core.search.peers.torch_mincut``): our
+cost model as the knapsack's runtime estimator, the joint graph traced once per run, the fused
+latency of recomputed pointwise ops."""
+
+from __future__ import annotations
+
+import pytest
+
+from core.cost.model import AnalyticCost, CostModel
+from core.ir.graph import Graph, Node
+from core.search.methods import METHODS
+from core.search.peers import torch_mincut
+from core.search.peers.common import traced_order
+from core.search.plan import replay
+from core.simulate import simulate
+
+
+class Heavier(CostModel):
+    """``base``, with every op named ``op`` taking ``factor`` times as long."""
+
+    def __init__(self, base: CostModel, op: str, factor: float = 1000.0) -> None:
+        self.base, self.op, self.factor, self.device = base, op, factor, base.device
+
+    def node_time(self, g: Graph, node: Node) -> float:
+        t = self.base.node_time(g, node)
+        return t * self.factor if node.op == self.op else t
+
+
+@pytest.fixture(scope="module")
+def bert_tiny():
+    from app.specs import build_workload
+    from sample_graphs.store import load_sample_graph
+
+    return load_sample_graph("bert_tiny"), build_workload("bert_tiny", 0)
+
+
+def _run(g, cost, model, **opts):
+    run = METHODS["torch_mincut"].run(g, cost, time_budget=300, model=model, **opts)
+    assert run.failures == []
+    return run.plans
+
+
+def test_default_budgets_are_0_to_1_in_steps_of_0_05():
+    assert len(torch_mincut.BUDGETS) == 21
+    assert torch_mincut.BUDGETS[0] == 1.0 and torch_mincut.BUDGETS[-1] == 0.0
+    assert all(abs(a - b - 0.05) < 1e-9 for a, b in zip(torch_mincut.BUDGETS, torch_mincut.BUDGETS[1:], strict=False))
+
+
+@pytest.mark.slow
+def test_torch_recomputes_differently_when_our_cost_model_makes_an_op_expensive(bert_tiny):
+    """At budget 0.5 torch's knapsack (timed by our cost model) recomputes three ``addmm``s; with
+    ``addmm`` 1000 times as expensive it saves two of them (addmm_4 and addmm_10; the last one,
+    addmm_13 is recomputed by both).  The FLOP estimator ignores the cost model: its decision is
+    the same under both."""
+    g, model = bert_tiny
+    cost = AnalyticCost("rtx3090")
+    heavy = Heavier(cost, "aten.addmm.default")
+    (ours,) = _run(g, cost, model, budgets=(0.5,))
+    (expensive,) = _run(g, heavy, model, budgets=(0.5,))
+    assert ours.stats["estimator"] == "ours" and "estimated_unmapped" not in ours.stats
+    addmm = [{x for x in p.stats["recomputed_names"] if x.startswith("addmm")} for p in (ours, expensive)]
+    assert ours.stats["recomputed_ops"]["addmm"] == len(addmm[0]) == 3
+    assert addmm[1] < addmm[0] and addmm[0] - addmm[1] == {"addmm_4", "addmm_10"}
+    flops = [_run(g, c, model, budgets=(0.5,), estimator="flops")[0] for c in (cost, heavy)]
+    assert flops[0].stats["recomputed_ops"] == flops[1].stats["recomputed_ops"] != ours.stats["recomputed_ops"]
+    with pytest.raises(ValueError, match="estimator"):
+        METHODS["torch_mincut"].run(g, cost, model=model, estimator="profile")
+
+
+@pytest.mark.slow
+def test_the_joint_graph_is_traced_once_for_many_budgets(bert_tiny, monkeypatch):
+    g, model = bert_tiny
+    calls = []
+    trace = torch_mincut.joint_graph
+
+    def counted(*args, **kwargs):
+        calls.append(args)
+        return trace(*args, **kwargs)
+
+    monkeypatch.setattr(torch_mincut, "joint_graph", counted)
+    budgets = (1.0, 0.8, 0.5, 0.3, 0.0)
+    plans = _run(g, AnalyticCost("rtx3090"), model, budgets=budgets)
+    assert len(calls) == 1
+    assert [p.stats["activation_memory_budget"] for p in plans] == list(budgets)
+    # the copies are independent: budget 0 recomputes more than budget 1 on the one traced graph
+    assert plans[-1].stats["recomputed_by_torch"] > plans[0].stats["recomputed_by_torch"]
+
+
+@pytest.mark.slow
+def test_fused_latency_drops_the_recomputed_pointwise_ops(bert_tiny):
+    """``latency_fused`` is the plan's latency less the time of its recomputed copies of elementwise
+    and copy ops (one stream: latency is the sum of the op times); budget 1 recomputes only views."""
+    g, model = bert_tiny
+    cost = AnalyticCost("rtx3090")
+    eager = simulate(g, traced_order(g), cost)
+    for p in _run(g, cost, model, budgets=(1.0, 0.5)):
+        h = replay(g, p.applications)
+        fusible = [h.nodes[v] for v in p.order if h.nodes[v].recompute_of is not None
+                   and torch_mincut.ops_registry.get(h.nodes[v].op).category in torch_mincut.FUSIBLE]
+        assert p.stats["fused_recomputations"] == len(fusible)
+        assert p.stats["latency_fused"] == pytest.approx(p.latency - sum(cost.node_time(h, n) for n in fusible))
+        assert p.stats["latency_fused"] <= p.latency
+        if p.stats["activation_memory_budget"] == 1.0:
+            assert p.latency == pytest.approx(eager.latency) and p.stats["latency_fused"] == pytest.approx(p.latency)
+        else:
+            assert p.stats["fused_recomputations"] > 0 and p.stats["latency_fused"] < p.latency
