@@ -13,6 +13,7 @@ import pytest
 
 from core.ir import io
 from core.ir.builder import GraphBuilder
+from tests.model_files import MLP_FACTORY
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -88,31 +89,13 @@ def test_unknown_sample_is_a_clear_error(tmp_path):
     assert not (tmp_path / "x.json.gz").exists()
 
 
-FACTORY = '''
-import torch
-from torch import nn
-
-
-class Workload:
-    def __init__(self):
-        self.module = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 4))
-        self.inputs = (torch.randn(3, 8),)
-
-    @staticmethod
-    def loss_fn(module, x):
-        return module(x).square().mean()
-
-
-def build():
-    return Workload()
-'''
 
 
 def test_import_and_verify_a_factory_file(tmp_path, capsys):
     from app.cli import main
 
     spec = f"{tmp_path / 'mlp.py'}:build"
-    (tmp_path / "mlp.py").write_text(FACTORY)
+    (tmp_path / "mlp.py").write_text(MLP_FACTORY)
     for mode in ([], ["--forward"]):
         out = tmp_path / f"mlp{len(mode)}.json.gz"
         assert main(["import", spec, "-o", str(out), "--json", *mode]) == 0

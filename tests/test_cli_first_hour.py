@@ -17,27 +17,10 @@ from app.cli import main
 from core.ir import io
 from core.ir.builder import GraphBuilder
 from core.search.plan import load_plans
+from tests.model_files import MLP_FACTORY
 
 ROOT = Path(__file__).resolve().parents[1]
 
-MLP = '''
-import torch
-from torch import nn
-
-
-class Workload:
-    def __init__(self):
-        self.module = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 4))
-        self.inputs = (torch.randn(3, 8),)
-
-    @staticmethod
-    def loss_fn(module, x):
-        return module(x).square().mean()
-
-
-def build():
-    return Workload()
-'''
 
 # a Python side effect (how often forward ran) that capture bakes into the graph as a constant, so
 # the exported script cannot reproduce a later eager run: a verification that really fails
@@ -75,7 +58,7 @@ def build():
 
 @pytest.fixture
 def mlp(tmp_path) -> str:
-    (tmp_path / "mlp.py").write_text(MLP)
+    (tmp_path / "mlp.py").write_text(MLP_FACTORY)
     return f"{tmp_path / 'mlp.py'}:build"
 
 
