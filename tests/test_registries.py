@@ -170,3 +170,10 @@ def test_schedulers_are_methods_with_points_on_the_pareto_figure():
     big = load_sample_graph("resnet50")
     run = run_method("serenity", big, cost)
     assert run.plans == [] and "not run on" in run.failures[0].reason
+
+
+def test_every_method_has_its_own_marker_and_colour():
+    """The Pareto figure tells methods apart by marker and colour: no two registered methods share
+    either."""
+    assert len({m.symbol for m in METHODS.values()}) == len(METHODS)
+    assert len({m.colour.lower() for m in METHODS.values()}) == len(METHODS)

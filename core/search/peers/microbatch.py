@@ -70,7 +70,7 @@ class Microbatch(Method):
     name = "microbatch"
     label = "micro-batching"
     colour = "#92400e"
-    symbol = "triangle-up"
+    symbol = "triangle-left"
     family = "baseline"
     paper = "gradient accumulation over k micro-batches (MAGIS F-Trans of the whole step along the batch)"
 

@@ -69,7 +69,7 @@ class Offload(Method):
     name = "offload"
     label = "activation offloading"
     colour = "#0f766e"
-    symbol = "star"
+    symbol = "diamond-wide"
     family = "baseline"
     paper = "torch.autograd.graph.save_on_cpu: saved activations in pinned host memory, loaded for the backward"
 
