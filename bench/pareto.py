@@ -28,263 +28,63 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import time
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from core.cost.model import AnalyticCost  # noqa: E402
-from core.search.methods import METHODS, PEER_FAMILIES, methods_of, run_method  # noqa: E402
+from core.search.compare import (  # noqa: E402 -- the table's functions, shared with `magis compare`
+    PAPER_NUMBERS,
+    MethodResult,
+    compare,
+    default_methods,
+    failures_of,
+    format_table,
+    picks,
+    rows_of,
+    seconds_to_within,
+    summarise,
+)
+from core.search.compare import run_peer as _run_peer  # noqa: E402
+from core.search.methods import METHODS  # noqa: E402
 from core.search.peers import checkmate as _checkmate  # noqa: E402
 
 PAPER = ["bert_base", "vit_base", "gpt_neo_1_3b", "btlm_3b", "resnet50", "unet", "unetpp"]
-DEFAULT_METHODS = ["magis", *methods_of(*PEER_FAMILIES)]  # the schedulers run when named (--methods)
-# MAGIS (ASPLOS'24) section 7, over its workloads: ranges of the four headline numbers
-PAPER_NUMBERS = {"peak_at_5pct": (0.25, 0.70), "peak_at_10pct": (0.15, 0.60),
-                 "overhead_at_80pct": (0.0, 0.05), "overhead_at_40pct": (0.0, 0.15)}
-PAPER_LINE = ("paper (MAGIS): peak at <=10% overhead 15-60% of PyTorch's; at <=5% 25-70%; "
-              "overhead under 80% / 40% limits <=5% / <=15%")
-
-
-@dataclass
-class MethodResult:
-    """What one method produced on one workload, as ratios against the run's eager plan."""
-
-    method: str
-    points: list[dict] = field(default_factory=list)  # label, peak, latency, peak_ratio, latency_ratio, stats
-    failures: list[tuple[str, str]] = field(default_factory=list)  # (point label, reason)
-    seconds: float = 0.0
-    extra: dict[str, Any] = field(default_factory=dict)  # magis: states, stopped, records, seconds_to_1pct
-
-
-# ---- the headline numbers -----------------------------------------------------------------------------
-def picks(points: list[tuple[float, float]]) -> dict[str, int | None]:
-    """(peak ratio, latency ratio) points -> the index of the point behind each headline number:
-    the smallest peak ratio with latency ratio <= 1.05 and <= 1.10, and the least latency with peak
-    ratio <= 0.8 and <= 0.4; None where no point qualifies."""
-
-    def least(ok: list[int], key: int) -> int | None:
-        return min(ok, key=lambda k: points[k][key]) if ok else None
-
-    idx = range(len(points))
-    return {"peak_at_5pct": least([k for k in idx if points[k][1] <= 1.05 + 1e-12], 0),
-            "peak_at_10pct": least([k for k in idx if points[k][1] <= 1.10 + 1e-12], 0),
-            "overhead_at_80pct": least([k for k in idx if points[k][0] <= 0.8 + 1e-12], 1),
-            "overhead_at_40pct": least([k for k in idx if points[k][0] <= 0.4 + 1e-12], 1)}
-
-
-def summarise(points: list[tuple[float, float]]) -> dict:
-    """The four headline numbers of ``picks``: peak ratios at <= 5% and <= 10% latency overhead,
-    latency overheads (ratio - 1; negative: faster than eager) under 80% and 40% memory limits."""
-    return {key: None if k is None else (points[k][0] if key.startswith("peak") else points[k][1] - 1)
-            for key, k in picks(points).items()}
-
-
-def seconds_to_within(records: list[dict], tol: float = 0.01, key: str = "best_peak",
-                      clock: str = "wall_seconds") -> float | None:
-    """The time (``clock`` of the first record) at which ``key`` first came within ``tol`` of its
-    final best (the smallest value over all records); None without records."""
-    if not records:
-        return None
-    final = min(r[key] for r in records)
-    return next(r[clock] for r in records if r[key] <= (1 + tol) * final)
-
-
-# ---- the methods --------------------------------------------------------------------------------------
-def _point(label: str, peak: int, latency: float, eager: dict, stats: dict | None = None) -> dict:
-    return {"label": label, "peak": int(peak), "latency": float(latency), "peak_ratio": peak / eager["peak"],
-            "latency_ratio": latency / eager["latency"], "stats": stats or {}}
-
-
-def run_magis(g, device: str, budget: float, eager: dict) -> MethodResult:
-    """``optimize(pareto=True)`` within ``budget`` s; its frontier points (not its eager point) and its
-    records, each with ``wall_seconds`` since ``optimize`` was called (warm start included)."""
-    from core.search.moptimizer import optimize
-
-    stamps: list[float] = []
-    t0 = time.perf_counter()
-    pf = optimize(g, pareto=True, time_budget=budget, device=device,
-                  progress=lambda _r: stamps.append(time.perf_counter() - t0))
-    dt = time.perf_counter() - t0
-    records = [dict(r) for r in pf.records]
-    if len(stamps) == len(records):
-        for r, s in zip(records, stamps, strict=True):
-            r["wall_seconds"] = round(s, 4)
-    else:  # not expected: one progress call per record; the search's own clock then
-        for r in records:
-            r["wall_seconds"] = r["seconds"]
-    base = pf.points[-1]
-    points = [_point(p.label, p.peak, p.latency, eager, p.stats) for p in pf.points[:-1]]
-    picked = picks([(p["peak_ratio"], p["latency_ratio"]) for p in points]).values()
-    failures = resimulate(g, pf.points[:-1], {k for k in picked if k is not None}, device)
-    extra = {"states": pf.meta.get("states"), "stopped": pf.meta.get("stopped"), "records": records,
-             "seconds_to_1pct": seconds_to_within(records, key="frontier_peak"),
-             "eager_matches": (base.peak, base.latency) == (eager["peak"], eager["latency"])}
-    return MethodResult("magis", points, failures, dt, extra)
-
-
-def resimulate(g, plans, indices: set[int], device: str) -> list[tuple[str, str]]:
-    """The plans of ``indices`` replayed from the imported graph and simulated from scratch (after
-    the timed search): (label, why) for each whose peak or latency differs from what the search
-    reported."""
-    from core.search.plan import check_order, replay
-    from core.simulate import simulate
-
-    cost = AnalyticCost(device)
-    bad = []
-    for k in sorted(indices):
-        p = plans[k]
-        h = replay(g, p.applications)
-        check_order(h, p.order)
-        sim = simulate(h, p.order, cost, validate=False)
-        if sim.peak != p.peak or abs(sim.latency - p.latency) > 1e-9 * p.latency:
-            bad.append((p.label, f"re-simulated peak {sim.peak} latency {sim.latency:.6g} s, the search said "
-                                 f"{p.peak} and {p.latency:.6g} s"))
-    return bad
+DEFAULT_METHODS = default_methods()  # the schedulers run when named (--methods)
+__all__ = ["DEFAULT_METHODS", "PAPER", "MethodResult", "format_table", "main", "model_of", "picks", "rows_of",
+           "run_peer", "run_workload", "seconds_to_within", "summarise"]
 
 
 def model_of(workload: str):
-    """The sample's model built under fake tensors (nothing allocated), for the methods that trace it
-    again (``Method.needs``); None for a name that is not a sample."""
+    """A function that builds the sample's model under fake tensors (nothing allocated), for the
+    methods that trace it again (``Method.needs``); None for a name that is not a sample."""
     import sample_graphs
     from core.frontend.workload import build_fake
 
-    return build_fake(lambda: sample_graphs.build(workload)) if workload in sample_graphs.NAMES else None
+    return (lambda: build_fake(lambda: sample_graphs.build(workload))) if workload in sample_graphs.NAMES else None
 
 
 def run_peer(method: str, workload: str, g, cost, budget: float, eager: dict, *,
              checkmate_time_limit: float | None = None, checkmate_max_vars: int = _checkmate.MAX_VARS,
              progress=None) -> MethodResult:
-    """One peer within ``budget`` s (``core.search.methods.run_method``).  A peer that raises, needs
-    what is not at hand or refuses the graph gives a failure row (label "all"), not an exception."""
-    say = progress or (lambda _m: None)
-    opts: dict[str, Any] = {}
-    t0 = time.perf_counter()
-    out = MethodResult(method)
-    try:
-        if method == "checkmate":
-            opts.update(time_limit=checkmate_time_limit, max_vars=checkmate_max_vars)
-        model = model_of(workload) if "model" in METHODS[method].needs else None
-        left = round(max(0.0, budget - (time.perf_counter() - t0)), 1)
-        run = run_method(method, g, cost, time_budget=left, progress=say, model=model, **opts)
-    except Exception as e:  # noqa: BLE001 -- a peer's crash is this workload's failure row
-        out.failures.append(("all", f"{type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''}"))
-        out.seconds = time.perf_counter() - t0
-        return out
-    out.points = [_point(p.label, p.peak, p.latency, eager, _small(p.stats)) for p in run.plans]
-    out.failures = [(f.label, f.reason) for f in run.failures]
-    out.seconds = time.perf_counter() - t0
-    return out
-
-
-def _small(stats: dict) -> dict:
-    """A plan's stats without long lists (JSON size)."""
-    return {k: v for k, v in stats.items() if not (isinstance(v, list | tuple) and len(v) > 20)}
+    """One peer on workload ``workload`` (``core.search.compare.run_peer``, the sample's model at hand
+    for the methods that need it)."""
+    return _run_peer(method, g, cost, budget, eager, model=model_of(workload),
+                     checkmate_time_limit=checkmate_time_limit, checkmate_max_vars=checkmate_max_vars,
+                     progress=progress)
 
 
 def run_workload(name: str, *, device: str = "rtx3090", methods: list[str] | None = None,
                  time_budget: float = 60.0, peer_budget: float = 60.0, checkmate_time_limit: float | None = None,
                  checkmate_max_vars: int = _checkmate.MAX_VARS, graph=None, progress=None) -> dict:
     """Every method of ``methods`` on workload ``name`` (its committed graph, or ``graph``):
-    {"workload", "nodes", "eager": {"peak", "latency"}, "results": {method: MethodResult}}."""
+    ``core.search.compare.compare``'s result."""
     from sample_graphs.store import load_sample_graph
 
-    say = progress or (lambda _m: None)
-    methods = methods or DEFAULT_METHODS
     g = graph if graph is not None else load_sample_graph(name)
-    cost = AnalyticCost(device)
-    base = METHODS["eager"].run(g, cost).plans[0]
-    eager = {"peak": int(base.peak), "latency": float(base.latency)}
-    results: dict[str, MethodResult] = {}
-    for m in methods:
-        say(f"{name}: {m} ...")
-        if m == "magis":
-            r = run_magis(g, device, time_budget, eager)
-        else:
-            r = run_peer(m, name, g, cost, peer_budget, eager, checkmate_time_limit=checkmate_time_limit,
-                         checkmate_max_vars=checkmate_max_vars, progress=lambda s, m=m: say(f"  {s}"))
-        results[m] = r
-        say(f"{name}: {m} done in {r.seconds:.1f} s, {len(r.points)} points, {len(r.failures)} failed")
-    return {"workload": name, "nodes": len(g), "eager": eager, "results": results}
-
-
-def rows_of(w: dict) -> list[dict]:
-    """One table row per method of a ``run_workload`` result."""
-    rows = []
-    for m, r in w["results"].items():
-        row = {"workload": w["workload"], "method": m,
-               **summarise([(p["peak_ratio"], p["latency_ratio"]) for p in r.points]),
-               "points": len(r.points), "failed": len(r.failures), "seconds": round(r.seconds, 2)}
-        if m == "magis":
-            recs = r.extra["records"]
-            row["seconds_to_1pct"] = r.extra["seconds_to_1pct"]
-            row["states"] = r.extra["states"]
-            row["records_final_peak"] = min(x["frontier_peak"] for x in recs) / w["eager"]["peak"] if recs else None
-            row["frontier_min_peak"] = min((p["peak_ratio"] for p in r.points), default=None)
-            row["eager_matches"] = r.extra["eager_matches"]
-        rows.append(row)
-    return rows
-
-
-# ---- output ----------------------------------------------------------------------------------------------
-def fmt(x: float | None, pct: bool = False) -> str:
-    if x is None:
-        return "-"
-    return f"{100 * x:+.1f}%" if pct else f"{100 * x:.1f}%"
-
-
-HEAD = (f"{'workload':<13} {'method':<13} {'peak@<=5%':>10} {'peak@<=10%':>10} {'ovh@80%':>8} {'ovh@40%':>8} "
-        f"{'points':>6} {'failed':>6} {'seconds':>8} {'to 1%':>7}")
-
-
-def format_row(r: dict) -> str:
-    to1 = "" if r.get("seconds_to_1pct") is None else f"{r['seconds_to_1pct']:.1f}s"
-    return (f"{r['workload']:<13} {r['method']:<13} {fmt(r['peak_at_5pct']):>10} {fmt(r['peak_at_10pct']):>10} "
-            f"{fmt(r['overhead_at_80pct'], True):>8} {fmt(r['overhead_at_40pct'], True):>8} "
-            f"{r['points']:>6} {r['failed']:>6} {r['seconds']:>8.1f} {to1:>7}")
-
-
-def format_table(rows: list[dict], failures: list[dict]) -> str:
-    lines = [HEAD, "-" * len(HEAD)]
-    prev = None
-    for r in rows:
-        if prev is not None and r["workload"] != prev:
-            lines.append("")
-        prev = r["workload"]
-        lines.append(format_row(r))
-    lines.append("")
-    lines.append(PAPER_LINE)
-    magis = [r for r in rows if r["method"] == "magis"]
-    if magis:
-        lines.append("MAGIS here: " + "; ".join(f"{k} {_range(magis, k)}" for k in PAPER_NUMBERS))
-        lines.append("'to 1%': seconds since optimize() was called until the lowest peak of the frontier came "
-                     "within 1% of its final value")
-    for r in magis:
-        if r.get("eager_matches") is False:
-            lines.append(f"  {r['workload']}: MAGIS's own eager point differs from the eager peer's (ratios use the peer's)")
-        rec, low = r.get("records_final_peak"), r.get("frontier_min_peak")
-        if rec is not None and low is not None and rec > 1.01 * low:
-            lines.append(f"  {r['workload']}: the records end at a best peak of {fmt(rec)}, the frontier reaches "
-                         f"{fmt(low)}")
-    if failures:
-        lines.append("")
-        lines.append("failures (method, workload, point: reason):")
-        for f in failures:
-            lines.append(f"  {f['method']:<13} {f['workload']:<13} {f['label']}: {f['reason']}")
-    return "\n".join(lines)
-
-
-def _range(rows: list[dict], key: str) -> str:
-    vals = [r[key] for r in rows]
-    got = [v for v in vals if v is not None]
-    pct = key.startswith("overhead")
-    if not got:
-        return "-"
-    text = fmt(min(got), pct) if len(got) == 1 else f"{fmt(min(got), pct)}..{fmt(max(got), pct)}"
-    return text + (f" ({len(vals) - len(got)} without)" if len(got) < len(vals) else "")
+    return compare(g, name=name, device=device, methods=methods or DEFAULT_METHODS, time_budget=time_budget,
+                   peer_budget=peer_budget, model=model_of(name), checkmate_time_limit=checkmate_time_limit,
+                   checkmate_max_vars=checkmate_max_vars, progress=progress)
 
 
 def to_json(w: dict) -> dict:
@@ -360,8 +160,7 @@ def main(argv: list[str] | None = None) -> int:
                          checkmate_max_vars=a.checkmate_max_vars, progress=lambda s: print(s, flush=True))
         workloads.append(w)
         rows += rows_of(w)
-        failures += [{"workload": name, "method": m, "label": label, "reason": why}
-                     for m, r in w["results"].items() for label, why in r.failures]
+        failures += failures_of(w)
         if not a.no_plots:
             for p in plot_workload(a.plots, to_json(w), _subtitle(conf)):
                 print(f"wrote {p}", flush=True)
