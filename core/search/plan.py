@@ -244,5 +244,34 @@ def thin(points: Sequence[Plan], k: int) -> list[Plan]:
     return [pts[i] for i in sorted(keep)]
 
 
-__all__ = ["Plan", "PlanError", "PlanFile", "check_order", "load_plans", "plans_from_bytes", "plans_from_dict",
-           "plans_to_bytes", "replay", "save_plans", "thin"]
+def merge_plans(old: PlanFile, new: PlanFile) -> PlanFile:
+    """``old``'s and ``new``'s points of one graph (PlanError unless the graph hashes and the devices
+    agree): per method, the points of both that no other point of that method dominates (peak and
+    latency; of equal points the newer stays), methods in order of first appearance, PyTorch's eager
+    point kept and last (``new``'s where it has one).  ``meta.peer_failures`` merged: a method that
+    ``new`` ran (``meta.methods``) keeps only ``new``'s reasons.  ``records`` are ``new``'s when it
+    has any (a MAGIS search), else ``old``'s."""
+    from .pareto import front_of
+
+    if old.graph_hash != new.graph_hash:
+        raise PlanError(f"the plan file is of graph {old.graph_name!r}, not of {new.graph_name!r} (the graphs "
+                        f"differ); write to another file")
+    if old.device != new.device:
+        raise PlanError(f"the plan file was made for device {old.device!r}, not {new.device!r}; "
+                        f"write to another file or pass --device {old.device}")
+    by: dict[str, list[Plan]] = {}
+    for p in [*new.points, *old.points]:  # new first: of equal points the newer stays
+        by.setdefault(p.method, []).append(p)
+    methods = list(dict.fromkeys(p.method for p in [*old.points, *new.points] if p.method != "eager"))
+    points = [p for m in methods for p in front_of(by[m])]
+    eager = [p for p in new.points if p.method == "eager"][-1:] or [p for p in old.points if p.method == "eager"][-1:]
+    ran = set(new.meta.get("methods", [p.method for p in new.points]))
+    failures = {m: why for m, why in old.meta.get("peer_failures", {}).items() if m not in ran}
+    failures.update(new.meta.get("peer_failures", {}))
+    meta = {**old.meta, **new.meta, "peer_failures": failures,
+            "methods": list(dict.fromkeys([*old.meta.get("methods", []), *new.meta.get("methods", [])]))}
+    return PlanFile(new.graph_name, new.graph_hash, new.device, points + eager, new.records or old.records, meta)
+
+
+__all__ = ["Plan", "PlanError", "PlanFile", "check_order", "load_plans", "merge_plans", "plans_from_bytes",
+           "plans_from_dict", "plans_to_bytes", "replay", "save_plans", "thin"]
