@@ -7,6 +7,7 @@
     magis transform FILE --remat T:U --swap T:U -o OUT apply rules by hand, write the new graph
     magis verify SPEC [--schedule NAME] [--graph FILE] eager PyTorch vs exported script: errors and peaks
     magis sweep W1,W2 --memory-limits 0.8,8GiB -o DIR  optimize workloads x limits x devices in parallel
+    magis compare FILE [--methods M,...] -o PLAN       every method on one graph: one plan file, one table
     magis app [FILE] [--sample NAME] [--port N]        the web app (127.0.0.1 by default)
 
 Errors a user can cause print as one line on stderr (exit status 2), never a traceback.  Exit
@@ -553,6 +554,72 @@ def cmd_sweep(a: argparse.Namespace) -> dict[str, Any]:
     return doc
 
 
+def _compare_model(spec: str):
+    """(graph, model builder or None) of ``magis compare``'s FILE: a graph file alone gives no model
+    (the methods that trace the model again then say why they were not run); a sample or a model
+    spec gives its model too, built under fake tensors."""
+    from .specs import build_workload
+
+    if Path(spec).exists():
+        return load_graph(spec), None
+    if spec in sample_graphs.NAMES:
+        return load_graph(spec), lambda: build_workload(spec, fake=True)
+    if ":" in spec and spec.rpartition(":")[0].endswith(".py"):
+        with Progress() as progress:
+            g = capture_spec(spec, progress=progress)
+        return g, lambda: build_workload(spec, fake=True)
+    return load_graph(spec), None  # names the samples for a mistyped one
+
+
+def cmd_compare(a: argparse.Namespace) -> dict[str, Any]:
+    """``magis compare``: MAGIS and every peer and baseline on one graph, each within the time budget;
+    one plan file of every method's points (merged into an existing one of the same graph) and the
+    side-by-side table."""
+    from core.cost.devices import DEVICES
+    from core.search.compare import compare, default_methods, failures_of, format_table, plan_file_of, rows_of
+    from core.search.methods import METHODS
+    from core.search.plan import PlanError, load_plans, merge_plans, save_plans
+    from core.search.wl_hash import graph_hash
+
+    methods = _split([a.methods]) if a.methods else default_methods()
+    unknown = [m for m in methods if m not in METHODS]
+    if unknown:
+        raise ValueError(f"unknown method(s) {', '.join(unknown)}; known: {', '.join(METHODS)}")
+    if a.device not in DEVICES:
+        raise ValueError(f"unknown device {a.device!r}; known: {_names(DEVICES)}")
+    if not a.time_budget > 0:
+        raise ValueError("--time-budget must be positive")
+    g, model = _compare_model(a.file)
+    old = None
+    if a.output.exists():
+        old = load_plans(a.output)
+        if old.graph_hash != graph_hash(g):
+            raise PlanError(f"{a.output} holds plans of graph {old.graph_name!r}, not of {g.name!r} (the graphs "
+                            f"differ); write to another file")
+        if old.device != a.device:
+            raise PlanError(f"{a.output} was made for device {old.device!r}, not {a.device!r}; write to another "
+                            f"file or pass --device {old.device}")
+    say = lambda msg: print(msg, file=sys.stderr, flush=True)  # noqa: E731
+    say(f"comparing {len(methods)} methods on {g.name} ({len(g)} nodes), {a.time_budget:g} s each, on {a.device}"
+        + (f"; merging into {a.output} ({len(old.points)} points)" if old else ""))
+    w = compare(g, device=a.device, methods=methods, time_budget=a.time_budget, model=model, progress=say)
+    pf = plan_file_of(w, g)
+    if old is not None:
+        pf = merge_plans(old, pf)
+    save_plans(pf, a.output)
+    say(f"wrote {a.output}: {len(pf.points)} points" + (" (merged with the points already there)" if old else ""))
+    rows, failures = rows_of(w), failures_of(w)
+    res = {"graph": g.name, "nodes": len(g), "device": a.device, "time_budget": a.time_budget,
+           "eager": w["eager"], "rows": rows, "failures": failures, "output": str(a.output),
+           "points": len(pf.points), "merged": old is not None}
+    if a.json:
+        print(json.dumps(res, indent=1))
+    else:
+        print(f"{a.device}; each method {a.time_budget:g} s; ratios against PyTorch eager of the same run")
+        print(format_table(rows, failures))
+    return res
+
+
 def cmd_app(a: argparse.Namespace) -> None:
     """``magis app``: serve the web app (imported here: the other commands never load Dash)."""
     from .main import serve
@@ -582,6 +649,7 @@ def build_parser() -> argparse.ArgumentParser:
     valid names of ``--device``, ``--method`` and ``--schedule`` come from their registries."""
     from core.cost.devices import DEFAULT_PROFILE, DEVICES
     from core.schedule.registry import SCHEDULERS
+    from core.search.methods import METHODS
 
     devices = f"device profile for the latency estimate: {_names(DEVICES)} (default: %(default)s)"
     schedules = _names(SCHEDULERS)
@@ -681,6 +749,27 @@ def build_parser() -> argparse.ArgumentParser:
                    help="directory for the plan files and sweep.json")
     s.add_argument("--json", action="store_true", help="print sweep.json's content instead of the table")
     s.set_defaults(fn=cmd_sweep)
+
+    s = sub.add_parser("compare", help="MAGIS, the peers and the baselines side by side on one graph",
+                       description="Run each method within the time budget on one graph, write one plan file of "
+                                   "every method's points (PyTorch's eager order last; into an existing plan "
+                                   "file of the same graph, merged: each method's dominated points drop out) "
+                                   "and print the table of bench/pareto.py; a method that gives no point says "
+                                   "why under it. Progress goes to stderr.")
+    s.add_argument("file", metavar="FILE",
+                   help="a graph file, a sample name, or path/to/file.py:factory (a sample or a model file "
+                        "also gives the model to the methods that trace it again: torch's min-cut)")
+    s.add_argument("--methods", default=None, metavar="M1,M2,...",
+                   help="methods to run (default: magis and every peer and baseline; the schedulers when "
+                        f"named): {', '.join(METHODS)}")
+    s.add_argument("--time-budget", type=float, default=60.0, metavar="SECONDS",
+                   help="seconds for each method, MAGIS's search included (default: %(default)s)")
+    s.add_argument("--device", default=DEFAULT_PROFILE, metavar="NAME", help=devices)
+    s.add_argument("-o", "--output", required=True, type=Path, metavar="PLAN",
+                   help="plan file to write (.json, or .json.gz to compress); an existing one of the same "
+                        "graph is merged into")
+    s.add_argument("--json", action="store_true", help="print the table's rows and the failures as JSON")
+    s.set_defaults(fn=cmd_compare)
 
     s = sub.add_parser("ftree", help="the F-Tree of a graph: its fission candidates (MAGIS Algorithm 1)")
     s.add_argument("file", help="graph file or sample name")
