@@ -1,0 +1,94 @@
+"""``magis compare``: every method on one graph, one plan file and the table of ``bench/pareto.py``;
+a second run merges into the plan file (``merge_plans``), a plan file of another graph is refused."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from core.metrics import metrics
+from core.search.plan import Plan, PlanError, PlanFile, load_plans, merge_plans
+from tests.test_cli import magis
+
+
+def _p(method: str, peak: int, latency: float, label: str = "") -> Plan:
+    return Plan(method, [], [], metrics(peak, latency), label)
+
+
+def test_compare_writes_one_plan_file_and_the_table_rows(tmp_path):
+    out = tmp_path / "p.json.gz"
+    r = magis("compare", "fig2_skip", "--methods", "magis,eager,sqrt_n,dtr", "--time-budget", "2",
+              "-o", str(out), "--json")
+    assert r.returncode == 0, r.stderr
+    res = json.loads(r.stdout)
+    rows = {row["method"]: row for row in res["rows"]}
+    assert list(rows) == ["magis", "eager", "sqrt_n", "dtr"]
+    assert {"peak_at_5pct", "peak_at_10pct", "overhead_at_80pct", "overhead_at_40pct", "points",
+            "failed", "seconds"} <= set(rows["magis"])
+    pf = load_plans(out)
+    assert pf.graph_name == "fig2_skip" and pf.points[-1].method == "eager"
+    methods = {p.method for p in pf.points}
+    for m, row in rows.items():
+        assert (m in methods) == (row["points"] > 0)
+    assert set(pf.meta["peer_failures"]) == {f["method"] for f in res["failures"]}
+    assert "fig2_skip: dtr ..." in r.stderr  # progress per method, on stderr
+    assert not res["merged"]
+
+    # the table, and a second run merges into the plan file
+    r2 = magis("compare", "fig2_skip", "--methods", "sqrt_n,rpo", "--time-budget", "2", "-o", str(out))
+    assert r2.returncode == 0, r2.stderr
+    assert "peak@<=5%" in r2.stdout and "rpo" in r2.stdout
+    assert "merging into" in r2.stderr
+    merged = load_plans(out)
+    kinds = {p.method for p in merged.points}
+    assert methods | {"rpo"} <= kinds and merged.points[-1].method == "eager"
+    assert len([p for p in merged.points if p.method == "sqrt_n"]) <= len(
+        [p for p in pf.points if p.method == "sqrt_n"])  # equal points are not doubled
+
+
+def test_a_graph_file_alone_says_why_torch_mincut_is_not_run(tmp_path):
+    from core.ir import io
+    from sample_graphs.store import load_sample_graph
+
+    gfile = tmp_path / "g.json.gz"
+    io.save(load_sample_graph("fig2_skip"), gfile)
+    r = magis("compare", str(gfile), "--methods", "torch_mincut,eager", "--time-budget", "2",
+              "-o", str(tmp_path / "p.json"))
+    assert r.returncode == 0, r.stderr
+    assert "not run: it traces the model again" in r.stdout
+    pf = load_plans(tmp_path / "p.json")
+    assert "not run: it traces the model again" in pf.meta["peer_failures"]["torch_mincut"]
+
+
+def test_a_plan_file_of_another_graph_is_refused(tmp_path):
+    out = tmp_path / "p.json"
+    assert magis("compare", "fig2_skip", "--methods", "eager", "--time-budget", "1", "-o", str(out)).returncode == 0
+    before = out.read_bytes()
+    r = magis("compare", "fig1_mlp", "--methods", "eager", "--time-budget", "1", "-o", str(out))
+    assert r.returncode == 2
+    assert r.stderr.count("\n") == 1 and r.stderr.startswith("magis: error:") and "fig2_skip" in r.stderr
+    assert out.read_bytes() == before
+
+
+def test_merge_plans_keeps_each_methods_front_and_eager_last():
+    old = PlanFile("g", 7, "rtx3090", [_p("magis", 50, 1.2, "a"), _p("magis", 80, 1.0, "b"), _p("dtr", 60, 1.5),
+                                        _p("eager", 100, 1.0)],
+                   meta={"methods": ["magis", "dtr", "checkmate"],
+                         "peer_failures": {"dtr": "old reason", "checkmate": "too big"}})
+    new = PlanFile("g", 7, "rtx3090", [_p("magis", 40, 1.3, "c"), _p("magis", 50, 1.25, "d"),
+                                        _p("sqrt_n", 70, 1.1), _p("eager", 100, 1.0)],
+                   records=[{"iteration": 1}], meta={"methods": ["magis", "sqrt_n", "dtr"],
+                                                     "peer_failures": {"sqrt_n": "budget 0.3: none"}})
+    m = merge_plans(old, new)
+    got = [(p.method, p.peak, p.latency) for p in m.points]
+    # magis: (50, 1.25) is dominated by (50, 1.2) and dropped; the other method's point would not drop it
+    assert got == [("magis", 40, 1.3), ("magis", 50, 1.2), ("magis", 80, 1.0), ("dtr", 60, 1.5),
+                   ("sqrt_n", 70, 1.1), ("eager", 100, 1.0)]
+    # dtr ran again without failing: its old reason goes; checkmate did not run: its reason stays
+    assert m.meta["peer_failures"] == {"checkmate": "too big", "sqrt_n": "budget 0.3: none"}
+    assert m.records == [{"iteration": 1}]
+    with pytest.raises(PlanError, match="graph"):
+        merge_plans(old, PlanFile("h", 8, "rtx3090", [_p("eager", 1, 1.0)]))
+    with pytest.raises(PlanError, match="device"):
+        merge_plans(old, PlanFile("g", 7, "a100-80gb", [_p("eager", 1, 1.0)]))
