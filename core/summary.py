@@ -72,11 +72,12 @@ def floor_info(g: Graph, peak: int) -> dict[str, Any]:
 
 
 def floor_parts(by_kind: dict[str, int], floor: int, with_bytes: bool = True, share: float = 0.01) -> str:
-    """The floor's kinds as a list, largest first: "weights 1.2 MiB, gradients 1.2 MiB, inputs 4 KiB"
+    """The floor's kinds as a list, in ``FLOOR_WORDS``' order: "weights 1.2 MiB, gradients 1.2 MiB, inputs 4 KiB"
     (``with_bytes=False``: "weights, gradients and inputs").  Kinds under ``share`` of the floor (the
     scalar loss) are left out unless nothing else is there."""
-    kinds = sorted(by_kind.items(), key=lambda kv: (-kv[1], kv[0]))
-    shown = [(k, b) for k, b in kinds if b >= share * floor] or kinds[:1]
+    rank = {k: i for i, k in enumerate(FLOOR_WORDS)}
+    kinds = sorted(by_kind.items(), key=lambda kv: (rank.get(kv[0], len(rank)), kv[0]))
+    shown = [(k, b) for k, b in kinds if b >= share * floor] or [max(kinds, key=lambda kv: kv[1])]
     words = [FLOOR_WORDS.get(k, k) + (f" {format_bytes(b)}" if with_bytes else "") for k, b in shown]
     if with_bytes or len(words) < 2:
         return ", ".join(words)
