@@ -138,7 +138,7 @@ def cmd_import(a: argparse.Namespace) -> dict[str, Any]:
 
 def cmd_info(a: argparse.Namespace) -> dict[str, Any]:
     """``magis info``: the graph summary (``core.summary``), as text or JSON."""
-    from core.summary import graph_info
+    from core.summary import floor_line, graph_info
 
     g = load_graph(a.file)
     cost = None
@@ -157,6 +157,7 @@ def cmd_info(a: argparse.Namespace) -> dict[str, Any]:
         print(f"{t(info['name'])}: {info['nodes']} ops ({t(info['mode'])}), device {info['device']}")
         print(f"  weights          {format_bytes(info['weight_bytes'])}")
         print(f"  baseline peak    {format_bytes(info['baseline_peak_bytes'])}  (traced order, free after last use)")
+        print(f"  {floor_line(info['resident_floor_bytes'], info['resident_floor_by_kind'], info['baseline_peak_bytes'])}")
         print(f"  est. latency     {info['latency_seconds'] * 1e3:.2f} ms")
         print("  top hot-spots:")
         for h in info["hotspots"]:
@@ -397,9 +398,11 @@ def cmd_optimize(a: argparse.Namespace) -> dict[str, Any]:
     """``magis optimize``: the M-Optimizer's search; progress on stderr, Ctrl-C keeps the best found."""
     import signal
 
+    from core.analysis.lifetimes import resident_floor
     from core.search.limits import MemoryLimit
     from core.search.moptimizer import optimize
     from core.search.plan import save_plans
+    from core.summary import floor_note
 
     memory = None
     if a.memory_limit is not None:
@@ -445,6 +448,10 @@ def cmd_optimize(a: argparse.Namespace) -> dict[str, Any]:
             print(f"  [{r['point']}] {r['method']:6s} peak {format_bytes(r['peak_bytes'])} ({r['peak_ratio']:.3f}x)  "
                   f"latency {r['latency_seconds'] * 1e3:.2f} ms ({r['latency_ratio']:.3f}x)  "
                   f"{plural(r['applications'], 'rule application')}  {r['label']}")
+        floor, by_kind = resident_floor(g)
+        note = floor_note(pf.points[0].peak, floor, by_kind, base.peak)
+        if note:
+            print(note)
     if memory is not None:
         limit = pf.meta["limit_bytes"]
         if pf.points[0].peak > limit:

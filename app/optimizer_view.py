@@ -19,6 +19,7 @@ from core.cost import DEVICES
 from core.fmt import format_bytes, plural
 from core.search.methods import METHODS, label_of
 from core.search.plan import PlanError
+from core.summary import floor_parts
 
 from . import figures
 from .panels import _card
@@ -137,9 +138,22 @@ def _hover(p, base) -> str:
             f"({(p.latency / base.latency - 1) * 100:+.1f}%)<br>{plural(len(p.applications), 'rule application')}")
 
 
-def plan_cards(f: Frontier, key: int, v: PointView | None, device: str) -> list:
+def floor_card(floor: int, by_kind: dict[str, int], base_peak: int, peak: int) -> html.Div:
+    """The plan bar's card of the resident floor (``core.analysis.lifetimes.resident_floor``): what no
+    plan without swaps goes below, as a share of eager's peak, and what it is made of; at a plan within
+    5% of it, that offloading is the lever."""
+    ratio = floor / base_peak if base_peak else 1.0
+    parts = floor_parts(by_kind, floor, with_bytes=False)
+    near = floor > 0 and peak <= floor * 1.05
+    sub = (f"{format_bytes(floor)}: {parts} · "
+           + ("this plan is at it: only offloading them goes lower" if near else "no plan without swaps goes lower"))
+    return _card("resident floor", f"floor {ratio:.2f}x", sub, id_="plan-floor")
+
+
+def plan_cards(f: Frontier, key: int, v: PointView | None, device: str,
+               floor: tuple[int, dict[str, int]] | None = None) -> list:
     """The plan bar's cards of point ``key``: its numbers from the plan file at once, what it does to
-    the graph once its view (``v``) is built."""
+    the graph once its view (``v``) is built, and the graph's resident ``floor`` when given."""
     base = f.points[f.baseline()]
     p = f.points[key]
     name = label_of(p.method)
@@ -158,6 +172,7 @@ def plan_cards(f: Frontier, key: int, v: PointView | None, device: str) -> list:
         _card("plan latency", figures.fmt_seconds(p.latency),
               f"{(p.latency / base.latency - 1) * 100:+.1f}% vs eager · {device}", id_="plan-latency"),
         _card("transformations", plural(len(p.applications), "step"), what, id_="plan-counts"),
+        *([floor_card(floor[0], floor[1], base.peak, p.peak)] if floor is not None else []),
     ]
 
 
@@ -242,7 +257,7 @@ def initial(state: AppState, gid: str) -> dict:
     key = s["default_key"]  # its view is built after the page is out (``on_plan``): not on the page's path
     return {"plan-points": s, "plan": {"gid": gid, "version": f.version, "key": key},
             "plan-slider": {"min": s["min"], "max": s["max"], "marks": s["marks"], "value": s["default"]},
-            "plan-cards": plan_cards(f, key, None, f.device),
+            "plan-cards": plan_cards(f, key, None, f.device, state.plans.floor(gid)),
             "plan-caption": plan_caption(f, key),
             "frontier-source": source_line(f, s)}
 
@@ -477,9 +492,10 @@ def register(app: Dash, state: AppState, guarded, show_message) -> None:
         if ctx.triggered_id != "plan-poll":
             plans.prefetch(gid, around=key)  # this point, and the slider's next stops either way
         v = plans.view(gid, key, wait=PLAN_WAIT)
+        floor = plans.floor(gid)
         if v is None:
-            return plan_cards(f, key, None, f.device), plan_caption(f, key), no_update, False
-        return plan_cards(f, key, v, f.device), plan_caption(f, key, v), marks_of(v, gid, f.version), True
+            return plan_cards(f, key, None, f.device, floor), plan_caption(f, key), no_update, False
+        return plan_cards(f, key, v, f.device, floor), plan_caption(f, key, v), marks_of(v, gid, f.version), True
 
     @app.callback(Output("plan-memory", "figure"), Output("plan-hotspots", "data"), Output("pareto", "figure"),
                   Output("pareto-drawn", "data"),
@@ -577,4 +593,4 @@ def register(app: Dash, state: AppState, guarded, show_message) -> None:
         return {"gid": gid, "version": f.version}, None
 
 
-__all__ = ["fit_point", "pareto_figure", "plan_caption", "slider_stop", "pareto_tab", "plan_bar", "plan_cards", "register", "slider_of"]
+__all__ = ["fit_point", "floor_card", "pareto_figure", "plan_caption", "slider_stop", "pareto_tab", "plan_bar", "plan_cards", "register", "slider_of"]

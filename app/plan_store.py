@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from core.analysis.lifetimes import Storage
+from core.analysis.lifetimes import Storage, resident_floor
 from core.cost import DEFAULT_PROFILE, AnalyticCost
 from core.fmt import plural
 from core.ir.graph import Graph, NodeKind
@@ -289,6 +289,7 @@ class PlanStore:
         self._views: OrderedDict[tuple, Future] = OrderedDict()
         self._steps: OrderedDict[tuple, Future] = OrderedDict()
         self._jobs: dict[tuple[str, str], Job] = {}
+        self._floors: dict[str, tuple[int, dict[str, int]]] = {}  # gid -> resident_floor of its graph
         self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="magis-plans")
         # rule steps replay a whole plan (seconds on a big graph): their own worker, so views never wait
         self._steps_pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="magis-steps")
@@ -305,6 +306,17 @@ class PlanStore:
         f = self._precomputed(gid, g) or self._eager_only(gid, g)
         with self._lock:
             return self._frontiers.setdefault(gid, f)
+
+    def floor(self, gid: str) -> tuple[int, dict[str, int]]:
+        """The resident floor of ``gid``'s graph (``core.analysis.lifetimes.resident_floor``), cached:
+        what no plan without swaps goes below."""
+        with self._lock:
+            fl = self._floors.get(gid)
+        if fl is None:
+            fl = resident_floor(self._entry(gid).graph)
+            with self._lock:
+                self._floors[gid] = fl
+        return fl
 
     def _precomputed(self, gid: str, g: Graph) -> Frontier | None:
         kind, _, name = gid.partition(":")

@@ -307,3 +307,28 @@ def memory_over_time(storages: Sequence[Storage], alloc_time: Sequence[float],
     times = np.fromiter((e[0] for e in ev), float, len(ev))
     live = np.cumsum(np.fromiter((e[2] for e in ev), np.int64, len(ev)))
     return times, live
+
+
+# ---- what no activation plan can remove ----------------------------------------------------------
+def resident_floor(g: Graph) -> tuple[int, dict[str, int]]:
+    """The resident floor of ``g``: ``(bytes, bytes by tensor kind)`` of the device storages that are
+    alive at the last step of *every* schedule of ``g`` under the rules above.
+
+    Two kinds of storage qualify: those a placeholder owns (graph inputs and weights, optimizer state
+    included: held by the caller for the whole step, counted "resident") and those a graph output
+    lives in (the gradients, the loss and any other output: kept to the end).  Each storage counts
+    once (an output that is a view of a weight is the weight's storage).  Since ``M_last`` counts
+    every storage alive at the last step, ``peak >= M_last >= floor`` for any order.
+
+    Re-ordering, rematerialization and fission change neither the placeholders nor the graph outputs
+    of a graph, so no plan built from them goes below the floor: the activations are all such plans
+    can save, and ``peak - floor`` bounds what they can gain.  Only moving resident bytes off the
+    device (offloading weights, gradients or optimizer state; ``magis`` swaps activations) goes lower.
+    """
+    by_kind: dict[str, int] = {}
+    for s in storage_table(g).storages:
+        if s.device != "device" or s.nbytes <= 0:
+            continue
+        if counted(s, False, True) == "resident" or s.kept:
+            by_kind[s.kind] = by_kind.get(s.kind, 0) + s.nbytes
+    return sum(by_kind.values()), dict(sorted(by_kind.items(), key=lambda kv: -kv[1]))
