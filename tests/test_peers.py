@@ -10,9 +10,10 @@ import pytest
 
 from core.cost.model import AnalyticCost, CostModel
 from core.ir.builder import GraphBuilder
-from core.ir.graph import Graph, Node, TensorKind
+from core.ir.graph import Graph, Node, TensorKind, TRef
 from core.search.methods import METHODS, PEER_FAMILIES, methods_of
-from core.search.peers.common import RematDecision, forward_ops, realise, two_instance_decision
+from core.search.peers.common import RematDecision, forward_ops, make_plan, realise, two_instance_decision
+from core.search.peers.dtr import BUDGETS, DTRSim
 from core.search.peers.sqrt_n import checkpoints
 from core.search.plan import Plan, check_order, replay
 from core.simulate import simulate
@@ -144,6 +145,82 @@ def test_dtr_evicts_by_h_dtr():
     (p,) = METHODS["dtr"].plans(g, cost, budgets=(0.9,))
     h = check_plan(g, p, cost)
     assert p.stats["evictions"] == 2 and recomputed(h, p.order)[0] == "a1"
+
+
+def batch_norm_chain(n: int = 4) -> tuple[Graph, TableCost]:
+    """x (10 B) -> bn -> (y 200 B, m 1 B); y -> a1 -> ... -> an -> loss (100 B each, loss 1 B);
+    backward g_loss(loss, an), g_i(g_{i+1}, a_{i-1}) for i = n..2, then g_bn(g_2, m): bn's large
+    output is read only by a1, its tiny m only at the very end (batch norm's activation and
+    mean/invstd).  Forward ops and g_loss take 1 s, the other gradients 2 s."""
+    b = GraphBuilder("bn_chain")
+    y = b.op("bn", [b.input("x", 10)], [200, 1])
+    acts = [y]
+    for i in range(1, n + 1):
+        acts.append(b.op(f"a{i}", [acts[-1]], 100))
+    loss = b.op("loss", [acts[-1]], 1)
+    gr = b.op("g_loss", [loss, acts[-1]], 100)
+    for i in range(n, 1, -1):
+        gr = b.op(f"g{i}", [gr, acts[i - 1]], 100)
+    gr = b.op("g_bn", [gr, TRef(y.node, 1)], 100)
+    g = b.graph
+    g.outputs.update({"loss": loss, "grad": gr})
+    for node in g.ops():
+        if node.name.startswith("g"):
+            node.outputs[0].kind = TensorKind.GRADIENT
+    g.tensor(loss).kind = TensorKind.OUTPUT
+    return g, TableCost({v.name: 2.0 if v.name[0] == "g" and v.name != "g_loss" else 1.0 for v in g.ops()})
+
+
+def test_dtr_frees_per_tensor_and_matches_the_brute_force_on_a_batch_norm_shape():
+    """Per storage, y goes after a1 while m stays: the unbudgeted peak is at g_loss, x 10 + m 1 +
+    a1..a4 400 + loss 1 + g_loss 100 = 512 B (eager's); freeing bn's outputs together would hold y's
+    200 B through the forward, 712 B.  Budgets are fractions of those 512 B; where DTR succeeds its
+    peak is within the budget and its latency is the brute-force optimum of recomputing each
+    activation at most once; where it fails, so does the brute force."""
+    g, cost = batch_norm_chain(4)
+    _, free = DTRSim(g, cost, None).run()
+    assert free["dtr_peak"] == 512 == METHODS["eager"].plans(g, cost)[0].peak
+    assert free["evictions"] == free["dtr_recomputes"] == 0
+    run = METHODS["dtr"].run(g, cost)
+    assert [p.label for p in run.plans] == ["budget 0.95", "budget 0.9", "budget 0.85"]
+    assert len(run.failures) == len(BUDGETS) - 3
+    for p in run.plans:
+        check_plan(g, p, cost)
+        assert p.stats["budget"] == int(p.stats["budget_fraction"] * 512) and p.stats["dtr_unbudgeted_peak"] == 512
+        assert p.peak <= p.stats["dtr_peak"] <= p.stats["budget"]
+        assert p.latency == brute_force(g, cost, p.stats["budget"])
+    for f in run.failures:
+        assert "infeasible" in f.reason
+        assert brute_force(g, cost, int(float(f.label.split()[1]) * 512)) is None, f.label
+
+
+def test_dtr_recomputes_a_whole_op_for_one_evicted_output():
+    """With m (bn's 1 B output) the victim at g_loss (budget 511 B), g_bn's read of m recomputes
+    bn: both outputs come back, and y, which no later op reads, is freed before g_bn runs."""
+    g, cost = batch_norm_chain(4)
+    bn, g_bn = g.by_name("bn").id, g.by_name("g_bn").id
+    m, y = TRef(bn, 1), TRef(bn, 0)
+
+    class EvictM(DTRSim):
+        dropped: list = []
+
+        def _choose(self):
+            return m if m in self.res and not self.pinned[m] else super()._choose()
+
+        def _drop(self, s):
+            if s in self.res:
+                self.dropped.append((s, len(self.events)))
+            super()._drop(s)
+
+    sim = EvictM(g, cost, 511)
+    d, stats = sim.run()
+    assert stats["evictions"] == 1 and stats["dtr_recomputes"] == 1 and stats["dtr_peak"] == 511
+    k = d.events.index((bn, 1))
+    assert d.events[k + 1] == (g_bn, 0) and d.reads[(g_bn, 0)][bn] == 1
+    assert (y, k + 1) in sim.dropped  # right after the recomputation, before g_bn
+    p = make_plan("dtr", "evict m", realise(g, d), cost)
+    h = check_plan(g, p, cost)
+    assert p.peak <= 511 and sum(h.nodes[v].recompute_of is not None for v in p.order) == 1
 
 
 # ---- Checkmate -------------------------------------------------------------------------------------

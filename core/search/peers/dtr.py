@@ -1,25 +1,32 @@
 """Dynamic Tensor Rematerialization (Kirisame, Lyubomirsky, Haan, Brennan, He, Roesch, Chen,
 Tatlock: "Dynamic Tensor Rematerialization", ICLR 2021), simulated on our graph and cost model.
 
-The traced program runs op by op under a memory budget B.  Before an op runs, its evicted inputs
+The traced program runs op by op under a memory budget B.  The unit of memory is a *storage* (one
+output tensor that owns its bytes; a view adds none and is valid only while its base storage is
+resident), as in the paper's runtime, which tracks, evicts and frees tensors, not ops (Sec. 2,
+"Algorithm 1"): an op's output whose last use has passed is freed (banished) even while a sibling
+output of the same op is still needed -- a batch norm's large output goes after its last forward
+reader although its tiny mean/invstd stay for the backward.  Before an op runs, its evicted inputs
 are rematerialised (recursively: an evicted input of a recomputation is recomputed first) and
-pinned; while the new output does not fit in B, the resident tensor with the smallest
+pinned; recomputing an evicted tensor reruns its op, and all the op's outputs come back (the new
+copies replace resident siblings; what nobody needs any more is freed at once).  While the new
+outputs do not fit in B, the resident storage with the smallest
 
     h_DTR(t) = (c(t) + sum of c(u) over u in e*(t)) / (m(t) * s(t))
 
-is evicted -- c = compute time from our cost model, m = bytes, s = staleness (seconds since its
-last access), e*(t) = the *evicted neighbourhood*: the evicted tensors that recomputing t would
-need (evicted ancestors through evicted ones) and the evicted tensors whose recomputation would
-need t (evicted descendants through evicted ones).  This is the paper's exact h_DTR, with e*
-searched per candidate, not the union-find approximation h_DTR-eq.  A tensor whose last use has
-passed is freed (banished); a view is valid only while its base is resident.  The unit of
-eviction is an op (all its outputs); graph outputs and ops that draw random numbers are never
+is evicted -- c = compute time of the op producing t (from our cost model), m = bytes, s =
+staleness (seconds since its last access), e*(t) = the *evicted neighbourhood*: the evicted
+storages that recomputing t would need (evicted ancestors through evicted ones) and the evicted
+storages whose recomputation would need t (evicted descendants through evicted ones), each op
+counted once.  This is the paper's exact h_DTR, with e* searched per candidate, not the union-find
+approximation h_DTR-eq.  Graph outputs and outputs of ops that draw random numbers are never
 evicted.
 
-Every computation is an instance; which instance each reader read becomes remat applications
-(``common.realise``), and DTR's execution order is the plan's schedule.  A budget fails when an
-allocation finds nothing evictable (infeasible) or recomputation exceeds ``thrash`` times the op
-count (thrashing).
+Budgets are fractions of DTR's own unbudgeted peak (one run with no budget first), as the paper's
+evaluation sets them (ratios of the peak without rematerialisation).  Every computation is an
+instance; which instance each reader read becomes remat applications (``common.realise``), and
+DTR's execution order is the plan's schedule.  A budget fails when an allocation finds nothing
+evictable (infeasible) or recomputation exceeds ``thrash`` times the op count (thrashing).
 """
 
 from __future__ import annotations
@@ -31,9 +38,9 @@ from ...fmt import format_bytes
 from ...ir.graph import Graph, NodeKind, TRef
 from ...transform.remat import recomputable
 from .base import Peer, eager_peak
-from .common import Failure, Inst, RematDecision, make_plan, realise, storage_members, traced_order
+from .common import Failure, Inst, RematDecision, make_plan, realise, traced_order
 
-BUDGETS = (0.95, 0.9, 0.85, 0.8, 0.7, 0.6, 0.5, 0.4, 0.3)
+BUDGETS = tuple(round(1 - 0.05 * i, 2) for i in range(1, 15))  # 0.95, 0.9, ..., 0.3
 
 
 class DTRFailure(Exception):
@@ -41,37 +48,63 @@ class DTRFailure(Exception):
 
 
 class DTRSim:
-    """One run of DTR over the traced order of ``g`` under ``budget`` bytes."""
+    """One run of DTR over the traced order of ``g`` under ``budget`` bytes (None: no budget)."""
 
-    def __init__(self, g: Graph, cost, budget: int, thrash: float = 10.0) -> None:
+    def __init__(self, g: Graph, cost, budget: int | None, thrash: float = 10.0) -> None:
         self.g, self.budget = g, budget
         self.order = traced_order(g)
         self.pos = {v: i for i, v in enumerate(self.order)}
         ops = self.order
+        end = len(ops)
         self.cost = {v: cost.node_time(g, g.nodes[v]) for v in ops}
         self.preds = {v: [p for p in g.preds(v) if g.nodes[p].kind != NodeKind.PLACEHOLDER] for v in ops}
-        self.users = {v: [u for u in g.users(v) if u in self.pos] for v in ops}
         kept_roots = {g.storage_root(r) for r in g.outputs.values()}
-        self.size: dict[int, int] = {}  # bytes an evaluation allocates
-        self.kept: dict[int, int] = {}  # of which graph outputs (never freed after instance 0)
-        self.roots: dict[int, set[int]] = {}  # op -> ops owning the storages its views alias
+        # storages (outputs owning bytes) and views (outputs aliasing a storage) of each op
+        self.own: dict[int, list[TRef]] = {}
+        self.vouts: dict[int, list[TRef]] = {}
+        self.size: dict[TRef, int] = {}
+        self.kept: set[TRef] = set()  # graph outputs: instance 0's never freed
+        self.views: dict[TRef, list[TRef]] = {}  # storage -> the view outputs aliasing it
         for v in ops:
             n = g.nodes[v]
-            own = [(j, t) for j, t in enumerate(n.outputs) if t.alias is None and t.device == "device"]
-            self.size[v] = sum(t.nbytes for _, t in own)
-            self.kept[v] = sum(t.nbytes for j, t in own if TRef(v, j) in kept_roots)
-            self.roots[v] = {g.storage_root(TRef(v, j)).node for j, t in enumerate(n.outputs)
-                             if t.alias is not None} - {v}
-        self.views: dict[int, list[int]] = {}
-        for v, rs in self.roots.items():
-            for r in rs:
-                self.views.setdefault(r, []).append(v)
-        members = storage_members(g)
-        self.last_use = {v: max([self.pos[v]] + [self.pos[m] for m in members[v] if m in self.pos]) for v in ops}
-        self.evictable = {v for v in ops if self.size[v] > self.kept[v] and recomputable(g, v)}
-        for v in ops:  # an op that cannot be recomputed stays while an evictable op may need it
-            if not recomputable(g, v) and any(u in self.evictable for u in self.users[v]):
-                self.last_use[v] = len(ops)
+            self.own[v], self.vouts[v] = [], []
+            for j, t in enumerate(n.outputs):
+                r = TRef(v, j)
+                if t.alias is None:
+                    self.own[v].append(r)
+                    self.size[r] = t.nbytes if t.device == "device" else 0
+                    if r in kept_roots:
+                        self.kept.add(r)
+                else:
+                    self.vouts[v].append(r)
+                    root = g.storage_root(r)
+                    if root.node in self.pos:
+                        self.views.setdefault(root, []).append(r)
+        self.owner = {r: r.node for rs in self.own.values() for r in rs}
+        # what each op reads: its input refs (not placeholders') and the storages behind them
+        self.inputs: dict[int, list[TRef]] = {}
+        self.in_st: dict[int, set[TRef]] = {}
+        readers: dict[TRef, set[int]] = {r: set() for r in self.size}
+        for v in ops:
+            refs = [r for r in dict.fromkeys(g.nodes[v].inputs()) if r.node in self.pos]
+            self.inputs[v] = refs
+            st = {g.storage_root(r) for r in refs}
+            self.in_st[v] = {s for s in st if s in self.size}
+            for s in self.in_st[v]:
+                readers[s].add(v)
+        self.readers = {s: sorted(rs, key=self.pos.__getitem__) for s, rs in readers.items()}
+        self.last_read = {s: max([-1] + [self.pos[u] for u in rs]) for s, rs in readers.items()}
+        self.last_use = {s: max(self.pos[s.node], self.last_read[s]) for s in self.size}
+        for s in self.kept:
+            self.last_use[s] = end
+        self.evictable = {s for s in self.size
+                          if self.size[s] > 0 and s not in self.kept and recomputable(g, s.node)}
+        ev_ops = {s.node for s in self.evictable}
+        may_redo = {v for v in ops if recomputable(g, v)
+                    and (v in ev_ops or any(g.storage_root(r) in self.evictable for r in self.vouts[v]))}
+        for s in self.size:  # a storage that cannot be recomputed stays while a recomputation may read it
+            if not recomputable(g, s.node) and any(u in may_redo for u in readers[s]):
+                self.last_use[s] = end
         self.resident0 = 0  # placeholders: held by the caller for the whole step
         for n in g.placeholders():
             self.resident0 += sum(t.nbytes for t in n.outputs if t.alias is None and t.device == "device")
@@ -80,10 +113,12 @@ class DTRSim:
     def run(self) -> tuple[RematDecision, dict]:
         self.mem = self.resident0
         self.peak = self.mem
-        self.res: set[int] = set()
+        self.res: set[TRef] = set()  # resident storages
+        self.valid: set[TRef] = set()  # valid views
         self.inst: dict[int, int] = {}
-        self.access: dict[int, float] = {}
-        self.pinned: Counter[int] = Counter()
+        self.access: dict[TRef, float] = {}
+        self.pinned: Counter[TRef] = Counter()
+        self.needed: Counter[TRef] = Counter()  # read by an op on the stack of computations
         self.clock = 0.0
         self.events: list[Inst] = []
         self.reads: dict[Inst, dict[int, int]] = {}
@@ -93,29 +128,43 @@ class DTRSim:
         for i, v in enumerate(self.order):
             self.now = i
             self._evaluate(v)
-            for u in [u for u in self.res if self.last_use[u] <= i]:  # banish what no later op reads
-                self._drop(u)
+            for s in [s for s in self.res if self.last_use[s] <= i]:  # banish what no later op reads
+                self._drop(s)
         stats = {"evictions": self.evictions, "dtr_recomputes": self.recomputes,
                  "dtr_peak": self.peak, "dtr_compute_seconds": round(self.clock, 9)}
         return RematDecision(self.events, self.reads), stats
 
     # ---- execution -------------------------------------------------------------------------------
+    def _available(self, r: TRef) -> bool:
+        return r in self.res if r in self.size else r in self.valid
+
     def _evaluate(self, v: int) -> None:
-        """Compute op v (first time or again): its inputs made resident and pinned first."""
-        ps = self.preds[v]
-        held = []
-        for p in ps:  # pin what is there, so rematerialising the rest cannot evict it
-            if p in self.res:
-                self._pin(p, held)
-        for p in ps:
-            if p not in self.res:
+        """Compute op v (first time or again): its inputs made resident and pinned first.  Of a
+        recomputation's outputs, what no op on the stack of recomputations and no later op reads
+        is freed at once."""
+        held: set[TRef] = set()
+        self.needed.update(self.in_st[v])
+
+        def pin_present() -> None:  # so rematerialising the rest cannot evict it
+            for s in self.in_st[v]:
+                if s in self.res and s not in held:
+                    self.pinned[s] += 1
+                    held.add(s)
+
+        pin_present()
+        while missing := [r for r in self.inputs[v] if not self._available(r)]:
+            # a recomputation replaces the resident copies of its op's outputs, so a view read
+            # before may need recomputing again: check until every input is there
+            for r in missing:
+                if self._available(r):
+                    continue
                 self.recomputes += 1
                 if self.recomputes > self.max_recomputes:
                     raise DTRFailure(f"thrashing: more than {self.max_recomputes} recomputations")
-                self._evaluate(p)
-                self._pin(p, held)
-        need = self.size[v]
-        while self.mem + need > self.budget:
+                self._evaluate(r.node)
+                pin_present()
+        need = sum(self.size[s] for s in self.own[v])
+        while self.budget is not None and self.mem + need > self.budget:
             victim = self._choose()
             if victim is None:
                 raise DTRFailure(f"infeasible under a budget of {format_bytes(self.budget)}: "
@@ -127,69 +176,79 @@ class DTRSim:
         self.peak = max(self.peak, self.mem)
         k = self.inst.get(v, -1) + 1
         self.inst[v] = k
-        self.res.add(v)
         self.events.append((v, k))
-        self.reads[(v, k)] = {p: self.inst[p] for p in ps}
+        self.reads[(v, k)] = {p: self.inst[p] for p in self.preds[v]}
         self.clock += self.cost[v]
-        for x in (v, *ps):
-            self.access[x] = self.clock
-        if k > 0:  # a copy's graph outputs are not the graph's: they die at once
-            self.mem -= self.kept[v]
-        for p in held:
-            self.pinned[p] -= 1
+        for s in self.in_st[v]:
+            self.access[s] = self.clock
+        for s in self.own[v]:
+            self.access[s] = self.clock
+            if k > 0 and s in self.kept:  # a copy's graph outputs are not the graph's: they die at once
+                self.mem -= self.size[s]
+            elif s in self.res:  # the new copy replaces the resident one (and its views)
+                self.mem -= self.size[s]
+                for w in self.views.get(s, ()):
+                    self.valid.discard(w)
+            else:
+                self.res.add(s)
+        self.valid.update(self.vouts[v])
+        for s in held:
+            self.pinned[s] -= 1
+        self.needed.subtract(self.in_st[v])
+        if k > 0:
+            for s in self.own[v]:
+                if s in self.res and s not in self.kept and self.last_use[s] < self.now \
+                        and self.needed[s] <= 0:
+                    self._drop(s)
 
-    def _pin(self, p: int, held: list[int]) -> None:
-        for x in (p, *self.roots[p]):
-            self.pinned[x] += 1
-            held.append(x)
-
-    def _drop(self, u: int) -> None:
-        """u leaves memory (evicted or banished); its views become invalid."""
-        if u not in self.res:
+    def _drop(self, s: TRef) -> None:
+        """Storage s leaves memory (evicted or banished); its views become invalid."""
+        if s not in self.res:
             return
-        self.res.discard(u)
-        self.mem -= self.size[u] - self.kept[u]  # graph outputs stay (a copy's died at once)
-        for w in self.views.get(u, ()):
-            self.res.discard(w)
+        self.res.discard(s)
+        self.mem -= self.size[s]
+        for w in self.views.get(s, ()):
+            self.valid.discard(w)
 
-    def _evict(self, u: int) -> None:
+    def _evict(self, s: TRef) -> None:
         self.evictions += 1
-        self._drop(u)
+        self._drop(s)
 
     # ---- the heuristic ---------------------------------------------------------------------------
-    def _evicted(self, u: int) -> bool:
-        return u in self.inst and u not in self.res
+    def _evicted(self, s: TRef) -> bool:
+        return s.node in self.inst and s not in self.res
 
-    def _neighbourhood(self, t: int) -> set[int]:
-        """e*(t): evicted ancestors reachable through evicted ops, and evicted descendants (still
-        to be used) reachable through evicted ops."""
-        seen: set[int] = set()
-        stack = [p for p in self.preds[t] if self._evicted(p)]
+    def _neighbourhood(self, t: TRef) -> set[int]:
+        """The ops of e*(t): evicted ancestor storages reachable through evicted ones, and evicted
+        descendant storages (still to be used) reachable through evicted ones."""
+        seen: set[TRef] = set()
+        stack = [p for p in self.in_st[t.node] if self._evicted(p)]
         while stack:
             u = stack.pop()
             if u in seen:
                 continue
             seen.add(u)
-            stack.extend(p for p in self.preds[u] if self._evicted(p) and p not in seen)
-        down: set[int] = set()
-        stack = [w for w in self.users[t] if self._evicted(w) and self.last_use[w] > self.now]
+            stack.extend(p for p in self.in_st[u.node] if self._evicted(p) and p not in seen)
+        down: set[TRef] = set()
+        stack = [c for w in self.readers[t] for c in self.own[w]
+                 if self._evicted(c) and self.last_use[c] > self.now]
         while stack:
             u = stack.pop()
             if u in down:
                 continue
             down.add(u)
-            stack.extend(w for w in self.users[u] if self._evicted(w) and self.last_use[w] > self.now
-                         and w not in down)
-        return seen | down
+            stack.extend(c for w in self.readers[u] for c in self.own[w]
+                         if self._evicted(c) and self.last_use[c] > self.now and c not in down)
+        return {s.node for s in seen | down} - {t.node}
 
-    def _choose(self) -> int | None:
+    def _choose(self) -> TRef | None:
         best, best_h = None, float("inf")
         for t in self.res:
             if t not in self.evictable or self.pinned[t] > 0:
                 continue
-            c = self.cost[t] + sum(self.cost[u] for u in self._neighbourhood(t))
+            c = self.cost[t.node] + sum(self.cost[u] for u in self._neighbourhood(t))
             stale = self.clock - self.access.get(t, 0.0) + 1e-12
-            h = c / ((self.size[t] - self.kept[t]) * stale)
+            h = c / (self.size[t] * stale)
             if h < best_h or (h == best_h and best is not None and t < best):
                 best, best_h = t, h
         return best
@@ -204,15 +263,21 @@ class DTR(Peer):
     paper = "Kirisame et al. 2021, Dynamic Tensor Rematerialization (ICLR 2021)"
 
     def _run(self, g, cost, *, time_budget, progress, budgets=BUDGETS, thrash=10.0, **_):
+        """Budgets are fractions of DTR's own unbudgeted peak (a first run with no budget), as in
+        the paper's evaluation; ``budget_fraction`` is that fraction, ``eager_fraction`` the
+        budget over eager's peak."""
         t0 = time.perf_counter()
         base = eager_peak(g, cost)
+        _, free = DTRSim(g, cost, None, thrash).run()
+        top = free["dtr_peak"]
+        progress(f"dtr unbudgeted: peak {format_bytes(top)} ({top / base:.3f}x eager)")
         plans, failures = [], []
         for b in budgets:
             label = f"budget {b:g}"
             if time.perf_counter() - t0 > time_budget:
                 failures.append(Failure(label, f"time budget {time_budget:g} s spent"))
                 continue
-            limit = int(b * base)
+            limit = int(b * top)
             try:
                 d, stats = DTRSim(g, cost, limit, thrash).run()
             except DTRFailure as e:
@@ -221,7 +286,8 @@ class DTR(Peer):
                 continue
             r = realise(g, d)
             plans.append(make_plan(self.name, label, r, cost, budget=limit, budget_fraction=b,
-                                   heuristic="h_DTR (exact evicted neighbourhood)", **stats))
+                                   eager_fraction=round(limit / base, 6), dtr_unbudgeted_peak=top,
+                                   heuristic="h_DTR per storage (exact evicted neighbourhood)", **stats))
             progress(f"dtr {label}: {stats['evictions']} evictions, {stats['dtr_recomputes']} recomputations")
         return plans, failures
 
