@@ -56,13 +56,25 @@ class ParetoArchive(Generic[T]):
 
     def __init__(self, values: Callable[[T], Sequence[float]]) -> None:
         self.values = values
-        self.items: list[T] = []
+        self._items: list[T] = []
+        self._vecs: list[tuple[float, ...]] = []  # each item's values, computed once (a search adds per child)
+
+    @property
+    def items(self) -> list[T]:
+        return self._items
+
+    @items.setter
+    def items(self, xs: list[T]) -> None:
+        self._items = list(xs)
+        self._vecs = [tuple(self.values(x)) for x in self._items]
 
     def add(self, x: T) -> bool:
         v = tuple(self.values(x))
-        if any(dominates(self.values(a), v) for a in self.items):
+        if any(dominates(w, v) for w in self._vecs):
             return False
-        self.items = [a for a in self.items if not dominates(v, self.values(a))] + [x]
+        keep = [k for k, w in enumerate(self._vecs) if not dominates(v, w)]
+        self._items = [self._items[k] for k in keep] + [x]
+        self._vecs = [self._vecs[k] for k in keep] + [v]
         return True
 
     def front(self) -> list[T]:
