@@ -185,6 +185,16 @@ def fission_links(g: Graph, node) -> list[ops.DimLink]:
     return links
 
 
+def _broadcasts_along(g: Graph, n, d: int) -> bool:
+    """``n`` is an ``expand`` whose output dim ``d`` is broadcast (a new leading dim, or one of size 1
+    in its input): its size argument sets it (``ops.rescale_args``), whatever its input."""
+    if n.op != "aten.expand.default" or not n.inputs():
+        return False
+    src, out = g.tensor(n.inputs()[0]).shape, n.outputs[0].shape
+    off = len(out) - len(src)
+    return d < off or (src[d - off] == 1 and out[d] != 1)
+
+
 def value_free(g: Graph, v: int) -> bool:
     """An op whose output depends only on its input's shape (F-Trans rebuilds it input-free)."""
     n = g.nodes[v]
@@ -234,15 +244,28 @@ def topological(g: Graph, s: set[int]) -> list[int]:
 
 
 def plan_split(g: Graph, dg: DGraph, nodes: Iterable[int], comp: Key,
-               rank: Mapping[int, int] | None = None) -> Split:
+               rank: Mapping[int, int] | None = None, order: list[int] | None = None) -> Split:
     """The split of S = ``nodes`` along component ``comp`` (SplitError naming the broken rule);
-    ``rank``: a topological index of ``g``'s nodes, when the caller has one (a faster check)."""
+    ``rank``: a topological index of ``g``'s nodes, when the caller has one (a faster check);
+    ``order``: the order in which one part runs S (a topological order of G[S]; default
+    :func:`topological`)."""
     s = set(nodes)
     if not s:
         raise SplitError("the sub-graph is empty")
     if any(v not in g.nodes for v in s):
         raise SplitError("the sub-graph names nodes the graph does not have")
-    order = topological(g, s)
+    if order is None:
+        order = topological(g, s)
+    else:
+        order = list(order)
+        pos = {v: i for i, v in enumerate(order)}
+        if set(order) != s or len(order) != len(s):
+            raise SplitError("the part's order does not list the sub-graph's nodes once each")
+        for v in order:
+            for p in g.preds(v):
+                if p in pos and pos[p] > pos[v]:
+                    raise SplitError(f"the part's order runs {g.nodes[v].name!r} before its input "
+                                     f"{g.nodes[p].name!r}")
     comp = dg.component(comp)
     out_dims: dict[TRef, int] = {}
     for v in order:
@@ -251,7 +274,7 @@ def plan_split(g: Graph, dg: DGraph, nodes: Iterable[int], comp: Key,
             raise SplitError(f"{n.name!r} is a {n.kind.value} node, not a compute op")
         if v in dg.unknown:
             raise SplitError(f"{n.name!r} ({n.op}) has no dim links in the ops registry")
-        if ops.draws_random(n.op):
+        if ops.node_draws_random(n):
             raise SplitError(f"{n.name!r} draws random numbers")
         mine = dg.keys(v, comp)
         for j in range(len(n.outputs)):
@@ -260,6 +283,14 @@ def plan_split(g: Graph, dg: DGraph, nodes: Iterable[int], comp: Key,
                 raise SplitError(f"output {j} of {n.name!r} has {len(ks)} dims in the split dimension "
                                  f"(needs exactly one)")
             out_dims[TRef(v, j)] = ks[0][2]
+        if n.kind == NodeKind.OP and n.inputs() and not value_free(g, v):
+            own = dg.links.get(v, [])
+            for j in range(len(n.outputs)):  # the split reaches each output through v's own links
+                if _broadcasts_along(g, n, out_dims[TRef(v, j)]):
+                    continue  # an expand's new or size-1 dim: each part expands to its own size
+                if not any(lk.output == j and lk.out_dim == out_dims[TRef(v, j)] for lk in own):
+                    raise SplitError(f"output {j} of {n.name!r} is in the split dimension only through "
+                                     f"its readers: {n.op} does not split along it")
     if not _connected(g, s):
         raise SplitError("the sub-graph is not weakly connected")
     if not _convex(g, s, rank):
@@ -323,6 +354,15 @@ def plan_split(g: Graph, dg: DGraph, nodes: Iterable[int], comp: Key,
             else:
                 in_dims[r] = d
                 inputs.append(r)
+    for v in order:  # kernels that read their inputs as contiguous memory: no strided slice
+        n = g.nodes[v]
+        if n.op not in ops.CONTIGUOUS_INPUTS:
+            continue
+        for r in n.inputs():
+            d = in_dims.get(r) if r.node not in s else out_dims[r] if g.tensor(r).alias is not None else None
+            if d is not None and d > 0 and any(x > 1 for x in g.tensor(r).shape[:d]):
+                raise SplitError(f"{n.name!r} ({n.op}) needs contiguous inputs; a part of "
+                                 f"{g.nodes[r.node].name!r} along dim {d} is strided")
     for v in order:  # a bias shared by the parts of a summed output would be added n times
         bias = ops.added_once(g.nodes[v])
         if bias is not None and bias.node not in s and in_dims.get(bias) is None \

@@ -139,8 +139,8 @@ def convex_part(g: Graph, s: set[int], hot: dict[TRef, int],
     seen = set(frontier)
     while frontier:
         v = frontier.pop()
-        for u in g.users(v):
-            if u not in seen and not value_free(g, u) and (last is None or rank[u] <= last):
+        for u in g.users(v):  # past the first step a value-free op does not cut a path (as _convex)
+            if u not in seen and (last is None or rank[u] <= last):
                 seen.add(u)
                 frontier.append(u)
     kept = {v for v in s if v not in seen}

@@ -81,6 +81,10 @@ def callee(op: str) -> str:
     """The expression calling ``op``: ``aten.mm.default`` (``aten = torch.ops.aten``) or
     ``torch.ops.<ns>.<op>.<overload>`` for other namespaces."""
     expr = ops.emit(op)
+    if ops.device_neutral(op):  # a runtime function standing for a device-specific kernel
+        if _schema_returns(op) is None:
+            raise CodegenError(f"torch has no operator {op!r} (was the graph captured with another version?)")
+        return expr
     if expr.count(".") != 2 or not all(p.isidentifier() for p in expr.split(".")):
         raise CodegenError(f"op {op!r} is not an aten-style operator (namespace.op.overload); "
                            f"only graphs imported from PyTorch can be exported")
@@ -184,8 +188,12 @@ class ScriptWriter:
             if tgt == "_":  # an unused output still takes its storage during the step (deleted after
                 tgt = f"{prefix}unused{j}"  # it by the release plan, like any output read by nobody)
             self.bound.add(r)
+            alloc_laid = self._alloc_in_layout(node, j, list(t.shape), t.dtype) if how == "cat" else None
             self.names[r] = tgt
-            out_lines.append(f"{tgt} = {alloc}({list(t.shape)}, dtype=torch.{t.dtype}, device=device)")
+            if alloc_laid is not None:  # the part's layout (a permuted view, attention's output)
+                out_lines.append(f"{tgt} = {alloc_laid}")
+            else:
+                out_lines.append(f"{tgt} = {alloc}({list(t.shape)}, dtype=torch.{t.dtype}, device=device)")
         sub_order = [v for v in sub.topo_order() if sub.nodes[v].kind != NodeKind.PLACEHOLDER]
         inner = ScriptWriter(sub, sub_order, depth=depth, prefix=prefix)
         inner.fissions = self.fissions
@@ -213,6 +221,53 @@ class ScriptWriter:
         dead = sorted(set(part_names) | {inner.names[ph.refs()[0]] for ph in sub.placeholders()})
         loop.append("del " + ", ".join(dead))
         return out_lines + head + ["    " + line for line in loop]
+
+    def _layout(self, node: Node, sub: Graph, r: TRef, depth: int = 0) -> tuple[str, Any] | None:
+        """The memory layout of sub-graph tensor ``r`` as the original op would give it, statically:
+        ``("order", dims outermost first)``, ``("like", name)`` (a fission input's layout), or None
+        (contiguous).  A fission output laid out like that keeps the strides the rest of the graph
+        was captured with (a ``view`` after a ``permute`` or after attention needs them)."""
+        p = sub.nodes[r.node]
+        if depth > 64:
+            return None
+        if p.kind == NodeKind.PLACEHOLDER:
+            phs = [ph.id for ph in sub.placeholders()]
+            name = self.names.get(node.inputs()[phs.index(p.id)])
+            return ("like", name) if name is not None else None
+        if p.kind != NodeKind.OP:
+            return None
+        pos = ops.layout_from(p.op, r.index)
+        if pos is not None and pos < len(p.args) and isinstance(p.args[pos], TRef):
+            base = self._layout(node, sub, p.args[pos], depth + 1)
+            return base if base is None or base[0] == "order" or len(p.outputs[r.index].shape) == \
+                len(sub.tensor(p.args[pos]).shape) else None
+        rank = len(p.outputs[r.index].shape)
+        perm = None
+        if p.op == "aten.permute.default":
+            perm = [d % rank for d in p.args[1]]
+        elif p.op in ("aten.transpose.int", "aten.t.default") and rank >= 2:
+            a, b = (0, 1) if p.op == "aten.t.default" else (p.args[1] % rank, p.args[2] % rank)
+            perm = list(range(rank))
+            perm[a], perm[b] = perm[b], perm[a]
+        if perm is not None:
+            base = self._layout(node, sub, p.args[0], depth + 1)
+            if base is not None and base[0] != "order":
+                return None
+            xo = base[1] if base is not None else list(range(rank))
+            return ("order", [perm.index(j) for j in xo])
+        if p.op in ("aten.alias.default", "aten.detach.default"):
+            return self._layout(node, sub, p.args[0], depth + 1)
+        return None
+
+    def _alloc_in_layout(self, node: Node, j: int, shape: list[int], dtype: str) -> str | None:
+        """The allocation of fission output ``j`` in its op's layout (None: contiguous will do)."""
+        sub = node.fission.graph
+        lay = self._layout(node, sub, list(sub.outputs.values())[j])
+        if lay is None or (lay[0] == "order" and lay[1] == sorted(lay[1])):
+            return None
+        if lay[0] == "order":
+            return f"empty_ordered({shape}, {lay[1]}, torch.{dtype}, device)"
+        return f"empty_in_layout({shape}, {lay[1]}, torch.{dtype}, device)"
 
     def _single_input(self, node: Node) -> TRef:
         ins = node.inputs()

@@ -194,6 +194,105 @@ class Swapper:
             self._pending.clear()
 
 
+# ---- device-neutral kernels ------------------------------------------------------------------------
+def empty_in_layout(shape: list[int], like: torch.Tensor, dtype: torch.dtype,
+                    device: str | torch.device) -> torch.Tensor:
+    """An uninitialised tensor of ``shape`` whose dims lie in memory in the order of ``like``'s
+    (outermost = largest stride): what a kernel whose output follows its input's layout returns,
+    so views the graph takes of it (``transpose`` then ``view``) work on the assembled tensor."""
+    if like.dim() != len(shape):
+        return torch.empty(shape, dtype=dtype, device=device)
+    order = sorted(range(len(shape)), key=lambda d: (-like.stride(d), d))
+    t = torch.empty([shape[d] for d in order], dtype=dtype, device=device)
+    return t.permute([order.index(d) for d in range(len(shape))])
+
+
+def empty_ordered(shape: list[int], order: list[int], dtype: torch.dtype, device: str | torch.device) -> torch.Tensor:
+    """An uninitialised tensor of ``shape`` whose dims lie in memory in ``order`` (outermost first)."""
+    t = torch.empty([shape[d] for d in order], dtype=dtype, device=device)
+    return t.permute([order.index(d) for d in range(len(shape))])
+
+
+def _attention_scores(q: torch.Tensor, k: torch.Tensor, is_causal: bool, attn_mask: torch.Tensor | None,
+                      scale: float | None) -> torch.Tensor:
+    ct = _compute_dtype(q)
+    s = torch.matmul(q.to(ct), k.to(ct).transpose(-2, -1)) * (scale if scale is not None else q.size(-1) ** -0.5)
+    if is_causal:  # top-left aligned, as torch's kernels
+        keep = torch.ones(q.size(-2), k.size(-2), dtype=torch.bool, device=q.device).tril()
+        s = s.masked_fill(~keep, float("-inf"))
+    if attn_mask is not None:
+        s = s.masked_fill(~attn_mask, float("-inf")) if attn_mask.dtype == torch.bool else s + attn_mask.to(ct)
+    return s
+
+
+def _compute_dtype(q: torch.Tensor) -> torch.dtype:
+    """float32 for half types (the dtype of the kernels' log-sum-exp), else the query's."""
+    return torch.promote_types(q.dtype, torch.float32)
+
+
+def _no_dropout(dropout_p: float, q: torch.Tensor) -> None:
+    if dropout_p > 0:
+        raise NotImplementedError(f"attention dropout (p={dropout_p}) outside the CPU kernel: the graph "
+                                  f"records the CPU kernel's random stream, which {q.device.type} cannot replay")
+
+
+def attention_forward(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, dropout_p: float = 0.0,
+                      is_causal: bool = False, *, attn_mask: torch.Tensor | None = None,
+                      scale: float | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Fused attention returning ``(output, logsumexp)`` on any device: the graph records
+    ``aten._scaled_dot_product_flash_attention_for_cpu`` (capture runs on the CPU); on the CPU that
+    kernel runs (one call, the values eager PyTorch computes), elsewhere the same quantities in
+    float32 math -- the output in the layout of ``query``, the log-sum-exp of each query row."""
+    if query.device.type == "cpu":
+        return aten._scaled_dot_product_flash_attention_for_cpu(query, key, value, dropout_p, is_causal,
+                                                                attn_mask=attn_mask, scale=scale)
+    return attention_forward_math(query, key, value, dropout_p, is_causal, attn_mask=attn_mask, scale=scale)
+
+
+def attention_forward_math(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, dropout_p: float = 0.0,
+                           is_causal: bool = False, *, attn_mask: torch.Tensor | None = None,
+                           scale: float | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """:func:`attention_forward` off the CPU: plain aten math (scores in float32)."""
+    _no_dropout(dropout_p, query)
+    s = _attention_scores(query, key, is_causal, attn_mask, scale)
+    lse = torch.logsumexp(s, dim=-1)
+    o = torch.matmul(torch.exp(s - lse.unsqueeze(-1)), value.to(s.dtype))
+    out = empty_in_layout(list(o.shape), query, query.dtype, query.device)
+    out.copy_(o)
+    return out, lse
+
+
+def attention_backward(grad_out: torch.Tensor, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
+                       out: torch.Tensor, logsumexp: torch.Tensor, dropout_p: float = 0.0,
+                       is_causal: bool = False, *, attn_mask: torch.Tensor | None = None,
+                       scale: float | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The gradients of :func:`attention_forward` (query, key, value) from its output and
+    log-sum-exp, on any device (the CPU kernel's backward on the CPU)."""
+    if query.device.type == "cpu":
+        return aten._scaled_dot_product_flash_attention_for_cpu_backward(
+            grad_out, query, key, value, out, logsumexp, dropout_p, is_causal, attn_mask=attn_mask, scale=scale)
+    return attention_backward_math(grad_out, query, key, value, out, logsumexp, dropout_p, is_causal,
+                                   attn_mask=attn_mask, scale=scale)
+
+
+def attention_backward_math(grad_out: torch.Tensor, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
+                            out: torch.Tensor, logsumexp: torch.Tensor, dropout_p: float = 0.0,
+                            is_causal: bool = False, *, attn_mask: torch.Tensor | None = None,
+                            scale: float | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """:func:`attention_backward` off the CPU: plain aten math."""
+    _no_dropout(dropout_p, query)
+    sc = scale if scale is not None else query.size(-1) ** -0.5
+    p = torch.exp(_attention_scores(query, key, is_causal, attn_mask, scale) - logsumexp.unsqueeze(-1))
+    ct = p.dtype
+    go = grad_out.to(ct)
+    dv = torch.matmul(p.transpose(-2, -1), go)
+    dp = torch.matmul(go, value.to(ct).transpose(-2, -1))
+    ds = p * (dp - (go * out.to(ct)).sum(-1, keepdim=True))
+    dq = torch.matmul(ds, key.to(ct)) * sc
+    dk = torch.matmul(ds.transpose(-2, -1), query.to(ct)) * sc
+    return dq.to(query.dtype), dk.to(key.dtype), dv.to(value.dtype)
+
+
 # ---- inputs ------------------------------------------------------------------------------------
 def _dtype(name: str) -> torch.dtype:
     return getattr(torch, name)

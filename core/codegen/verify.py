@@ -34,8 +34,36 @@ from ..simulate import simulate
 from .emit import generate_source, is_constant
 from .release import input_key
 
-RTOL = 1e-4  # float32 defaults; every comparison reports the numbers behind the verdict
-ATOL = 1e-5
+# Tolerances per dtype, as torch.testing.assert_close defines them (rtol, atol); integers and bools
+# must be equal.  A tensor passes when |got - ref| <= atol + rtol * scale element-wise, scale = the
+# largest finite |ref| of that tensor: rtol is relative to the tensor's magnitude, not each element's,
+# so a gradient whose elements cancel (reduction noise of the float32 sums) is judged on its scale.
+TOLERANCES: dict[str, tuple[float, float]] = {
+    "float16": (1e-3, 1e-5), "bfloat16": (1.6e-2, 1e-5), "float32": (1.3e-6, 1e-5),
+    "float64": (1e-7, 1e-7), "complex32": (1e-3, 1e-5), "complex64": (1.3e-6, 1e-5),
+    "complex128": (1e-7, 1e-7),
+}
+RTOL: float | None = None  # None: the reference tensor's dtype decides (TOLERANCES)
+ATOL: float | None = None
+
+
+def tolerance(dtype: torch.dtype | str) -> tuple[float, float]:
+    """(rtol, atol) of ``dtype`` (0, 0: exact, for integers and bools)."""
+    name = str(dtype).removeprefix("torch.")
+    return TOLERANCES.get(name, (0.0, 0.0))
+
+
+def graph_dtype(g: Graph) -> str:
+    """The dtype a graph computes in: the most common floating dtype of its weights (else of its
+    inputs; float32 when it has none)."""
+    from collections import Counter
+
+    for kinds in (("param",), ("param", "buffer", "input")):
+        c = Counter(n.out.dtype for n in g.placeholders()
+                    if n.target.partition(":")[0] in kinds and n.out.dtype in TOLERANCES)
+        if c:
+            return c.most_common(1)[0][0]
+    return "float32"
 PEAK_TOL = 0.02  # measured vs simulated peak
 
 
@@ -131,17 +159,23 @@ def eager_outputs(g: Graph, module: nn.Module, inputs: Sequence[torch.Tensor],
 
 
 def compare(got: dict[str, torch.Tensor], ref: dict[str, torch.Tensor], keys: Sequence[str],
-            rtol: float = RTOL, atol: float = ATOL) -> dict[str, dict[str, Any]]:
+            rtol: float | None = RTOL, atol: float | None = ATOL) -> dict[str, dict[str, Any]]:
     """Per output: max abs error, max relative error (max |got - ref| / max |ref|, i.e. relative to
-    the tensor's scale), and ``allclose`` (|got - ref| <= atol + rtol |ref| element-wise; equal
-    infinities and NaN in both count as equal, as in ``torch.testing.assert_close(equal_nan=True)``)."""
+    the tensor's scale), the tolerance used (``rtol`` / ``atol``, default: the reference's dtype's,
+    :data:`TOLERANCES`) and ``allclose``: |got - ref| <= atol + rtol * max |ref| element-wise, the
+    dtypes equal (equal infinities and NaN in both count as equal, as in
+    ``torch.testing.assert_close(equal_nan=True)``)."""
     res: dict[str, dict[str, Any]] = {}
     for k in keys:
         if k not in ref:
             continue
         a, b = got.get(k), ref[k]
+        r_d, a_d = tolerance(b.dtype)
+        r_t = r_d if rtol is None else rtol
+        a_t = a_d if atol is None else atol
         if a is None or tuple(a.shape) != tuple(b.shape):
             res[k] = {"max_abs": float("inf"), "max_rel": float("inf"), "allclose": False,
+                      "rtol": r_t, "atol": a_t, "dtype": str(b.dtype).removeprefix("torch."),
                       "error": f"shape {None if a is None else tuple(a.shape)} vs {tuple(b.shape)}"}
             continue
         a64, b64 = a.detach().cpu().double(), b.detach().cpu().double()
@@ -152,8 +186,9 @@ def compare(got: dict[str, torch.Tensor], ref: dict[str, torch.Tensor], keys: Se
         finite = b64[torch.isfinite(b64)].abs()
         scale = float(finite.max()) if finite.numel() else 0.0
         max_rel = max_abs / scale if scale > 0 else (0.0 if max_abs == 0 else float("inf"))
-        ok = bool(torch.all(same | (diff <= atol + rtol * b64.abs()))) if diff.numel() else True
-        res[k] = {"max_abs": max_abs, "max_rel": max_rel, "allclose": ok and a.dtype == b.dtype}
+        ok = bool(torch.all(same | (diff <= a_t + r_t * scale))) if diff.numel() else True
+        res[k] = {"max_abs": max_abs, "max_rel": max_rel, "allclose": ok and a.dtype == b.dtype,
+                  "rtol": r_t, "atol": a_t, "dtype": str(b.dtype).removeprefix("torch.")}
     return res
 
 
@@ -212,7 +247,7 @@ def verify_module(module: nn.Module, inputs: Sequence[torch.Tensor],
                   loss_fn: Callable[..., torch.Tensor] | None = None, *,
                   forward_fn: Callable[..., Any] | None = None, training: bool = True,
                   name: str = "model", schedule: str = "traced", order: Sequence[int] | None = None,
-                  graph: Graph | None = None, seed: int = 0, rtol: float = RTOL, atol: float = ATOL,
+                  graph: Graph | None = None, seed: int = 0, rtol: float | None = RTOL, atol: float | None = ATOL,
                   peak_tol: float = PEAK_TOL, script_dir: str | Path | None = None,
                   audit: bool | None = None, details: bool = True,
                   cost: CostModel | None = None) -> dict[str, Any]:
@@ -239,7 +274,7 @@ def verify_module(module: nn.Module, inputs: Sequence[torch.Tensor],
 
 
 def verify_graph(g: Graph, order: Sequence[int], tensors: dict[str, torch.Tensor], ref: dict[str, torch.Tensor],
-                 *, schedule: str = "custom", seed: int = 0, rtol: float = RTOL, atol: float = ATOL,
+                 *, schedule: str = "custom", seed: int = 0, rtol: float | None = RTOL, atol: float | None = ATOL,
                  peak_tol: float = PEAK_TOL, script_dir: str | Path | None = None,
                  audit: bool | None = None, details: bool = True,
                  cost: CostModel | None = None) -> dict[str, Any]:
@@ -271,9 +306,12 @@ def verify_graph(g: Graph, order: Sequence[int], tensors: dict[str, torch.Tensor
                 node = g[order[i]]
                 first_diff = {"step": i, "node": node.name, "op": node.op, "measured": m, "simulated": s}
                 break
+    dtype = graph_dtype(g)
+    r_d, a_d = tolerance(dtype)
     res: dict[str, Any] = {
-        "name": g.name, "schedule": schedule, "seed": seed, "ops": len(order),
-        "rtol": rtol, "atol": atol,
+        "name": g.name, "schedule": schedule, "seed": seed, "ops": len(order), "dtype": dtype,
+        "rtol": r_d if rtol is None else rtol, "atol": a_d if atol is None else atol,
+        "tolerance": "per dtype (torch.testing), relative to each tensor's magnitude",
         "allclose": all(v["allclose"] for v in per.values()),
         "compared": len(per), "missing_reference": sorted(set(keys) - set(ref)),
     }
@@ -382,12 +420,12 @@ def check_graph_matches(g: Graph, module: nn.Module, inputs: Sequence[torch.Tens
 
 def verify_workload(w: Workload, schedule: str = "traced", seed: int = 0, *, name: str | None = None,
                     training: bool = True, rebuild: Callable[[], Workload] | None = None,
-                    rtol: float = RTOL, atol: float = ATOL, details: bool = False,
+                    rtol: float | None = RTOL, atol: float | None = ATOL, details: bool = False,
                     graph: Graph | None = None, **kwargs: Any) -> dict[str, Any]:
     """:func:`verify_module` on an already-built workload (the model really runs, on the CPU):
     captured by :func:`capture_real` (``rebuild``: its fallback) unless ``graph`` gives its graph
-    (a graph file of this model, e.g. a transformed one), and the result records the workload's
-    dtype."""
+    (a graph file of this model, e.g. a transformed one); the result records the dtype the model
+    computes in."""
     if graph is not None:
         check_graph_matches(graph, w.module, tuple(w.inputs))
         graph.lint()
@@ -396,5 +434,4 @@ def verify_workload(w: Workload, schedule: str = "traced", seed: int = 0, *, nam
     res = verify_module(w.module, tuple(w.inputs), loss_fn, forward_fn=forward_fn, training=training,
                         name=g.name, schedule=schedule, graph=g, seed=seed, rtol=rtol, atol=atol,
                         details=details, **kwargs)
-    res["dtype"] = str(getattr(w, "dtype", torch.float32)).removeprefix("torch.")
-    return res
+    return res  # res["dtype"]: what the graph computes in (``graph_dtype``)

@@ -30,7 +30,79 @@ from ..ir.graph import Graph, GraphError, Node, NodeKind, TensorKind, TensorMeta
 
 
 class ImportErrorMAGIS(GraphError):
-    """The model could not be captured (unsupported construct, bad inputs...)."""
+    """The model could not be captured (unsupported construct, bad inputs...).  ``detail``: what
+    torch logged meanwhile (kept out of the one-line message; ``magis --verbose`` prints it)."""
+
+    detail: str = ""
+
+
+@contextlib.contextmanager
+def held_torch_logs(into: list[str]) -> Iterator[None]:
+    """Records of torch's loggers go to ``into`` (formatted lines, tracebacks included) instead of
+    the terminal: a fake kernel that rejects its inputs logs its stack before raising, which would
+    bury the one-line message under dozens of lines."""
+    import logging
+
+    class _Held(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            into.append(logging.Formatter("%(levelname)s %(name)s: %(message)s").format(record))
+
+    names = ["torch"] + [n for n in list(logging.root.manager.loggerDict) if n.startswith("torch.")]
+    saved = []
+    for n in names:
+        lg = logging.getLogger(n)
+        saved.append((lg, lg.handlers[:], lg.propagate))
+        for h in lg.handlers[:]:
+            lg.removeHandler(h)
+        lg.propagate = n != "torch"
+    top = logging.getLogger("torch")
+    held = _Held()
+    top.addHandler(held)
+    try:
+        yield
+    finally:
+        top.removeHandler(held)
+        for lg, handlers, propagate in saved:
+            for h in handlers:
+                lg.addHandler(h)
+            lg.propagate = propagate
+
+
+def _fake_grouped_mm(fake_mode: Any, func: Any, mat_a: torch.Tensor, mat_b: torch.Tensor,
+                     offs: torch.Tensor | None = None, bias: torch.Tensor | None = None,
+                     out_dtype: torch.dtype | None = None) -> Any:
+    """Fake implementation of ``aten._grouped_mm`` in float32, which torch's meta kernel rejects
+    (it accepts only bfloat16; the real CPU kernel also takes float32): the output's shape from
+    the operands' (2-D x 3-D with ``offs``: [M, N]; 3-D x 3-D: [G, M, N]; 2-D x 2-D: [G, M, N];
+    3-D x 2-D: [M, N]), its dtype ``out_dtype`` or the operands'."""
+    if not (mat_a.dtype == mat_b.dtype == torch.float32):
+        return NotImplemented  # torch's own meta kernel (bfloat16; it rejects the rest)
+    a2, b2 = mat_a.dim() == 2, mat_b.dim() == 2
+    if a2 and b2:
+        size = [offs.size(0), mat_a.size(0), mat_b.size(1)]
+    elif a2:
+        size = [mat_a.size(0), mat_b.size(-1)]
+    elif b2:
+        size = [mat_a.size(1), mat_b.size(1)]
+    else:
+        size = [mat_a.size(0), mat_a.size(1), mat_b.size(-1)]
+    with fake_mode:
+        return torch.empty(size, dtype=out_dtype or mat_a.dtype, device=mat_a.device)
+
+
+def _register_fake_kernels() -> None:
+    """Fake kernels torch lacks (registered once per process, checked before torch's meta)."""
+    from torch._subclasses import fake_impls
+
+    op = getattr(torch.ops.aten, "_grouped_mm", None)
+    if op is None or getattr(_register_fake_kernels, "done", False):
+        return
+    target = op.default
+    fake_impls.op_implementations_checks.insert(0, (lambda func: func is target, _fake_grouped_mm))
+    _register_fake_kernels.done = True  # type: ignore[attr-defined]
+
+
+_register_fake_kernels()
 
 
 def _dtype_name(dt: torch.dtype) -> str:
@@ -153,6 +225,36 @@ def capture(
     wrapper: nn.Module = _TrainStep(model, loss_fn) if training else _Forward(model, forward_fn)
     what = "forward, loss and backward" if training else "the forward pass"
     say(f"tracing {what} with AOTAutograd on fake tensors")
+    logs: list[str] = []
+    try:
+        with held_torch_logs(logs):
+            gm, sig, traced_as = _trace_until_done(wrapper, inputs, training, say)
+    except ImportErrorMAGIS as e:
+        e.detail = "\n".join(logs)
+        raise
+    say(f"converting {len(gm.graph.nodes)} fx nodes")
+    g = _convert(gm, sig, training, name, inputs, _tied_parameters(model))
+    if training and sgd_lr is not None:
+        _append_sgd(g, sgd_lr)
+    g.meta.update(
+        {
+            "mode": "train" if training else "forward",
+            "capture_seconds": round(time.perf_counter() - t0, 3),
+            "fx_nodes": len(gm.graph.nodes),
+            "sgd_lr": sgd_lr,
+        }
+    )
+    if traced_as != "eager":
+        g.meta["traced_as"] = traced_as
+    say(f"checking the graph ({len(g)} nodes)")
+    g.validate()
+    return g
+
+
+def _trace_until_done(wrapper: nn.Module, inputs: tuple[torch.Tensor, ...], training: bool,
+                      say: Progress) -> tuple[Any, Any, str]:
+    """Trace eagerly, then in torch.export's tracing state if a value is needed, then without
+    unused parameters (see :func:`capture`); (graph module, signature, the state it took)."""
     traced_as = "eager"
     while True:
         state = export_tracing_state() if traced_as == "export" else contextlib.nullcontext()
@@ -175,23 +277,7 @@ def capture(
                     f"(no gradient); tracing again without them")
             else:
                 raise ImportErrorMAGIS(describe_capture_error(e)) from e
-    say(f"converting {len(gm.graph.nodes)} fx nodes")
-    g = _convert(gm, sig, training, name, inputs, _tied_parameters(model))
-    if training and sgd_lr is not None:
-        _append_sgd(g, sgd_lr)
-    g.meta.update(
-        {
-            "mode": "train" if training else "forward",
-            "capture_seconds": round(time.perf_counter() - t0, 3),
-            "fx_nodes": len(gm.graph.nodes),
-            "sgd_lr": sgd_lr,
-        }
-    )
-    if traced_as != "eager":
-        g.meta["traced_as"] = traced_as
-    say(f"checking the graph ({len(g)} nodes)")
-    g.validate()
-    return g
+    return gm, sig, traced_as
 
 
 def _trace(wrapper: nn.Module, inputs: tuple[torch.Tensor, ...], training: bool) -> tuple[Any, Any]:

@@ -13,6 +13,7 @@ Any object with these attributes is one (``sample_graphs.Sample`` is, and so is 
 from __future__ import annotations
 
 import contextlib
+import functools
 import sys
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any, Protocol, TypeVar
@@ -21,7 +22,14 @@ import torch
 from torch import nn
 
 from ..ir.graph import Graph
-from .torch_import import DATA_DEPENDENT, ImportErrorMAGIS, Progress, capture, describe_capture_error
+from .torch_import import (
+    DATA_DEPENDENT,
+    ImportErrorMAGIS,
+    Progress,
+    capture,
+    describe_capture_error,
+    held_torch_logs,
+)
 
 W = TypeVar("W")
 
@@ -59,41 +67,127 @@ def capture_workload(w: Workload, training: bool = True, name: str | None = None
 
 def build_fake(make: Callable[[], W]) -> W:
     """``make()`` under ``FakeTensorMode``: every tensor it creates has a shape and a dtype but no
-    storage, so a model of any size is built without allocating its weights.  Random weight
-    initialisation is skipped where it would read values (:func:`no_random_init_on_fake_tensors`).
-    A build that still needs a tensor's value raises :class:`ImportErrorMAGIS` naming the line."""
+    storage, so a model of any size is built without allocating its weights.  Weight initialisation
+    is skipped on fake tensors (:func:`no_random_init_on_fake_tensors`), dtype conversions of the
+    built modules (``.to(dtype)``, ``.half()``, ``.bfloat16()``) convert the fake parameters
+    (:func:`fake_module_conversion`), and torch's log records go to the error's ``detail``.  A
+    build that still needs a tensor's value raises :class:`ImportErrorMAGIS` naming the line."""
     from torch._subclasses.fake_tensor import FakeTensorMode
 
+    logs: list[str] = []
     try:
-        with FakeTensorMode(allow_non_fake_inputs=True), no_random_init_on_fake_tensors():
+        with held_torch_logs(logs), FakeTensorMode(allow_non_fake_inputs=True), \
+                no_random_init_on_fake_tensors(), fake_module_conversion():
             return make()
     except DATA_DEPENDENT as e:
         msg = describe_capture_error(e).replace("could not capture the model",
                                                 "could not build the model on fake tensors", 1)
-        raise ImportErrorMAGIS(msg) from e
+        err = ImportErrorMAGIS(msg)
+        err.detail = "\n".join(logs)
+        raise err from e
+
+
+def _init_functions() -> dict[str, Callable[..., Any]]:
+    """The public initialisers of ``torch.nn.init`` (in place: ``uniform_``, ``trunc_normal_``,
+    ``kaiming_normal_`` ...)."""
+    from torch.nn import init
+
+    return {n: f for n, f in vars(init).items()
+            if n.endswith("_") and not n.startswith("_") and callable(f)}
 
 
 @contextlib.contextmanager
 def no_random_init_on_fake_tensors() -> Iterator[None]:
-    """Inside ``FakeTensorMode``, skip ``transformers``' random weight initialisation (when the
-    library is loaded); weight tying still runs, so the model has the structure it has for real.
+    """Inside ``FakeTensorMode``, weight initialisation returns the (fake) tensor untouched: every
+    ``torch.nn.init`` initialiser -- wherever the model's code took it from (``nn.init.x``,
+    ``from torch.nn.init import x``) -- and ``transformers``' own initialisation (when the library
+    is loaded; weight tying still runs, so the model has the structure it has for real).
 
     Fake tensors have no values, so initialising them is pointless, and some initialisers cannot
     run on them at all: ``torch.nn.init.trunc_normal_`` (ViT's position embeddings) rejects samples
-    in a loop on ``mask.any()``, a value fake tensors do not have."""
+    in a loop on ``mask.any()``, a value fake tensors do not have.  What eager PyTorch computes is
+    unchanged: outside ``FakeTensorMode`` (or on a real tensor) every initialiser runs as written."""
     from torch._subclasses.fake_tensor import FakeTensor
 
-    transformers = sys.modules.get("transformers")  # never imported here: only if the model uses it
-    base = getattr(transformers, "PreTrainedModel", None) if transformers is not None else None
-    if base is None or not isinstance(torch.empty(()), FakeTensor):
+    if not isinstance(torch.empty(()), FakeTensor):
         yield
         return
-    original = base.initialize_weights
-    base.initialize_weights = lambda self: None
+    originals = _init_functions()
+
+    def skipping(f: Callable[..., Any]) -> Callable[..., Any]:
+        @functools.wraps(f)
+        def init(tensor: Any, *args: Any, **kwargs: Any) -> Any:
+            return tensor if isinstance(tensor, FakeTensor) else f(tensor, *args, **kwargs)
+        return init
+
+    wrapped = {n: skipping(f) for n, f in originals.items()}
+    by_id = {id(f): n for n, f in originals.items()}
+    patched: list[tuple[Any, str, Any]] = []
+    for mod in list(sys.modules.values()):  # the module itself, and names imported from it
+        d = getattr(mod, "__dict__", None)
+        if not isinstance(d, dict):
+            continue
+        for attr, v in list(d.items()):
+            n = by_id.get(id(v))
+            if n is not None and v is originals[n]:
+                patched.append((mod, attr, v))
+                setattr(mod, attr, wrapped[n])
+    transformers = sys.modules.get("transformers")  # never imported here: only if the model uses it
+    base = getattr(transformers, "PreTrainedModel", None) if transformers is not None else None
+    original_hf = base.initialize_weights if base is not None else None
+    if base is not None:
+        base.initialize_weights = lambda self: None
     try:
         yield
     finally:
-        base.initialize_weights = original
+        for mod, attr, v in patched:
+            setattr(mod, attr, v)
+        if base is not None:
+            base.initialize_weights = original_hf
 
 
-__all__ = ["Workload", "build_fake", "capture_workload", "no_random_init_on_fake_tensors", "workload_fns"]
+@contextlib.contextmanager
+def fake_module_conversion() -> Iterator[None]:
+    """``module.to(dtype)`` / ``.half()`` / ``.bfloat16()`` (every ``nn.Module._apply``) on fake
+    parameters: torch swaps each converted tensor into the old parameter object
+    (``torch.utils.swap_tensors``), which fake tensors refuse ("_apply(): Couldn't swap
+    Embedding.weight").  A module holding fake tensors is converted by putting new ``Parameter``
+    objects in place instead -- one per old object, so tied weights stay tied; modules of real
+    tensors convert as torch does."""
+    from torch._subclasses.fake_tensor import FakeTensor
+
+    original = nn.Module._apply
+
+    def _apply(self: nn.Module, fn: Callable[[torch.Tensor], torch.Tensor], recurse: bool = True) -> nn.Module:
+        tensors = [*self.parameters(recurse=recurse), *self.buffers(recurse=recurse)]
+        if not any(isinstance(t, FakeTensor) for t in tensors):
+            return original(self, fn, recurse)
+        memo: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}  # id(old) -> (old, new): old kept alive
+
+        def convert(old: torch.Tensor) -> torch.Tensor:
+            if id(old) not in memo:
+                with torch.no_grad():
+                    new = fn(old)
+                if isinstance(old, nn.Parameter):
+                    new = nn.Parameter(new, requires_grad=old.requires_grad)
+                memo[id(old)] = (old, new)
+            return memo[id(old)][1]
+
+        for m in self.modules() if recurse else [self]:
+            for k, p in m._parameters.items():
+                if p is not None:
+                    m._parameters[k] = convert(p)
+            for k, b in m._buffers.items():
+                if b is not None:
+                    m._buffers[k] = convert(b)
+        return self
+
+    nn.Module._apply = _apply  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        nn.Module._apply = original  # type: ignore[method-assign]
+
+
+__all__ = ["Workload", "build_fake", "capture_workload", "fake_module_conversion", "no_random_init_on_fake_tensors",
+           "workload_fns"]

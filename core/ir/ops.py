@@ -22,53 +22,24 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
+from . import ops_modern
 from .graph import Node, TensorMeta, TRef
-
-
-@dataclass(frozen=True)
-class DimLink:
-    """Input ``input`` (index into ``node.inputs()``) dim ``in_dim`` <-> output ``output`` dim
-    ``out_dim``; ``out_dim < 0`` is reduce axis ``-out_dim`` of that output (summed over)."""
-
-    input: int
-    in_dim: int
-    output: int
-    out_dim: int
-
-
-@dataclass
-class OpCtx:
-    node: Node
-    ins: list[TensorMeta]  # tensor inputs, in node.inputs() order
-    outs: list[TensorMeta]
-
-    def arg(self, i: int, default: Any = None) -> Any:
-        a = self.node.args
-        return a[i] if i < len(a) else self.node.kwargs.get(_ARGNAMES.get(i, ""), default)
-
-    def kw(self, name: str, pos: int, default: Any = None) -> Any:
-        if name in self.node.kwargs:
-            return self.node.kwargs[name]
-        a = self.node.args
-        return a[pos] if pos < len(a) else default
-
-    def in_index(self, arg_pos: int) -> int | None:
-        """Index in ``ins`` of the tensor passed as positional argument ``arg_pos``."""
-        seen = 0
-        for i, a in enumerate(self.node.args):
-            if isinstance(a, TRef):
-                if i == arg_pos:
-                    return seen
-                seen += 1
-            elif isinstance(a, (list, tuple)):
-                seen += sum(1 for x in a if isinstance(x, TRef))
-        return None
-
-
-_ARGNAMES: dict[int, str] = {}
-
-FlopFn = Callable[[OpCtx], float]
-LinkFn = Callable[[OpCtx], list[DimLink]]
+from .op_base import (  # noqa: F401  (the registry's vocabulary, used as ops.DimLink & co.)
+    _ARGNAMES,
+    A,
+    DimLink,
+    FlopFn,
+    LinkFn,
+    OpCtx,
+    _in_numel,
+    _out_numel,
+    _pointwise,
+    _times,
+    _zero,
+    broadcast_links,
+    norm_dim,
+    reshape_links,
+)
 
 
 @dataclass(frozen=True)
@@ -85,79 +56,6 @@ _REGISTRY: dict[str, OpDef] = {}
 def register(names: str | list[str], category: str, flops: FlopFn, links: LinkFn | None) -> None:
     for n in [names] if isinstance(names, str) else names:
         _REGISTRY[n] = OpDef(n, category, flops, links)
-
-
-def norm_dim(d: int, rank: int) -> int:
-    return d + rank if d < 0 else d
-
-
-# ---- flop helpers ----------------------------------------------------------------------------------
-def _out_numel(c: OpCtx) -> float:
-    return float(sum(t.numel for t in c.outs))
-
-
-def _in_numel(c: OpCtx) -> float:
-    return float(c.ins[0].numel) if c.ins else 0.0
-
-
-def _zero(c: OpCtx) -> float:
-    return 0.0
-
-
-def _times(k: float, base: FlopFn) -> FlopFn:
-    return lambda c: k * base(c)
-
-
-# ---- link helpers ----------------------------------------------------------------------------------
-def broadcast_links(c: OpCtx, output: int = 0, inputs: list[int] | None = None) -> list[DimLink]:
-    """Elementwise with numpy broadcasting: a dim links when its size equals the output's (and > 1)."""
-    o = c.outs[output].shape
-    links = []
-    for i in range(len(c.ins)) if inputs is None else inputs:
-        s = c.ins[i].shape
-        for d in range(len(s)):
-            od = d + len(o) - len(s)
-            if od >= 0 and s[d] == o[od] and s[d] > 1:
-                links.append(DimLink(i, d, output, od))
-    return links
-
-
-def _pointwise(c: OpCtx) -> list[DimLink]:
-    out = []
-    for j in range(len(c.outs)):
-        out += broadcast_links(c, j)
-    return out
-
-
-def reshape_links(src: tuple[int, ...], dst: tuple[int, ...]) -> list[tuple[int, int]]:
-    """Pairs (src dim, dst dim) of a reshape: within each group of dims whose products line up, the
-    outermost non-1 dims correspond (splitting an outer dim into n parts splits the merged one)."""
-    pairs = []
-    i = j = 0
-    while i < len(src) and j < len(dst):
-        while i < len(src) and src[i] == 1:
-            i += 1
-        while j < len(dst) and dst[j] == 1:
-            j += 1
-        if i >= len(src) or j >= len(dst):
-            break
-        i0, j0 = i, j
-        ps, pd = src[i], dst[j]
-        i += 1
-        j += 1
-        while ps != pd:
-            if ps < pd:
-                if i >= len(src):
-                    return pairs
-                ps *= src[i]
-                i += 1
-            else:
-                if j >= len(dst):
-                    return pairs
-                pd *= dst[j]
-                j += 1
-        pairs.append((i0, j0))
-    return pairs
 
 
 def _view(c: OpCtx) -> list[DimLink]:
@@ -211,6 +109,13 @@ def _split(c: OpCtx) -> list[DimLink]:
     r = len(c.ins[0].shape)
     d = norm_dim(c.kw("dim", 2, 0), r)
     return [DimLink(0, i, j, i) for j in range(len(c.outs)) for i in range(r) if i != d]
+
+
+def _unbind(c: OpCtx) -> list[DimLink]:
+    """unbind removes its dim: input dim i is output dim i (before it) or i - 1 (after it)."""
+    r = len(c.ins[0].shape)
+    d = norm_dim(c.kw("dim", 1, 0), r)
+    return [DimLink(0, i, j, i if i < d else i - 1) for j in range(len(c.outs)) for i in range(r) if i != d]
 
 
 def _cat(c: OpCtx) -> list[DimLink]:
@@ -321,8 +226,8 @@ def _sum_all_links(c: OpCtx) -> list[DimLink]:
 
 def _softmax_links(c: OpCtx) -> list[DimLink]:
     r = len(c.outs[0].shape)
-    d = norm_dim(c.arg(1) if c.node.op.startswith("aten._softmax.") or c.node.op.startswith(
-        "aten._log_softmax.") else c.arg(2), r)
+    d = norm_dim(c.arg(1) if c.node.op.startswith(("aten._softmax.", "aten._log_softmax.",
+                                                    "aten._safe_softmax.")) else c.arg(2), r)
     return [lk for lk in broadcast_links(c, 0) if lk.out_dim != d]
 
 
@@ -411,7 +316,6 @@ def _like_links(c: OpCtx) -> list[DimLink]:
 
 
 # ---- the table ---------------------------------------------------------------------------------
-A = "aten."
 register([A + "mm.default"], "matmul", _mm_flops, _mm)
 register([A + "addmm.default"], "matmul", lambda c: _mm_flops(c) + c.outs[0].numel, _addmm)
 register([A + "bmm.default"], "matmul", _bmm_flops, _bmm)
@@ -430,8 +334,8 @@ register([A + "expand.default"], "view", _zero, _expand)
 register([A + "unsqueeze.default"], "view", _zero, _unsqueeze)
 register([A + "slice.Tensor"], "view", _zero, _slice)
 register([A + "select.int"], "view", _zero, _select)
-register([A + "split.Tensor", A + "split_with_sizes.default", A + "unbind.int", A + "chunk.default"],
-         "view", _zero, _split)
+register([A + "split.Tensor", A + "split_with_sizes.default", A + "chunk.default"], "view", _zero, _split)
+register([A + "unbind.int"], "view", _zero, _unbind)
 register([A + "alias.default", A + "detach.default", A + "lift_fresh_copy.default"], "view", _zero,
          _identity)
 register([A + "clone.default", A + "contiguous.default", A + "_to_copy.default", A + "copy.default"],
@@ -451,7 +355,7 @@ register([A + "mean.dim", A + "amax.default", A + "amin.default", A + "var.corre
          "reduce", _in_numel, lambda c: _reduce_links(c, False))
 register([A + "mean.default"], "reduce", _in_numel, lambda c: [])
 
-register([A + "_softmax.default", A + "_log_softmax.default"], "softmax", _times(5, _out_numel),
+register([A + "_softmax.default", A + "_log_softmax.default", A + "_safe_softmax.default"], "softmax", _times(5, _out_numel),
          _softmax_links)
 register([A + "_softmax_backward_data.default", A + "_log_softmax_backward_data.default"], "softmax",
          _times(4, _out_numel), _softmax_links)
@@ -680,8 +584,20 @@ def _broadcast(a: tuple[int, ...], b: tuple[int, ...]) -> tuple[int, ...]:
 
 
 def emit(op: str) -> str:
-    """The Python expression the code generator calls for ``op`` (``aten`` = ``torch.ops.aten``)."""
-    return op
+    """The Python expression the code generator calls for ``op`` (``aten`` = ``torch.ops.aten``):
+    the op itself, or for a device-specific kernel the device-neutral runtime function that stands
+    for it (``ops_modern.DEVICE_NEUTRAL``)."""
+    return ops_modern.DEVICE_NEUTRAL.get(op, op)
+
+
+def device_neutral(op: str) -> bool:
+    """Whether ``op`` is exported as a call of a device-neutral runtime function."""
+    return op in ops_modern.DEVICE_NEUTRAL
+
+
+def layout_from(op: str, output: int) -> int | None:
+    """The argument position of the input whose memory layout output ``output`` of ``op`` follows."""
+    return ops_modern.LAYOUT_FROM.get(op, {}).get(output)
 
 
 # ---- argument rescaling (MAGIS F-Trans: one part of a split op) ------------------------------------
@@ -690,6 +606,16 @@ def emit(op: str) -> str:
 _SIZE_ARG = {A + "view.default": 1, A + "_unsafe_view.default": 1, A + "reshape.default": 1,
              A + "new_zeros.default": 1, A + "new_ones.default": 1, A + "new_empty.default": 1,
              A + "slice_backward.default": 1, A + "select_backward.default": 1}
+
+
+RescaleFn = Callable[[Node, list[TensorMeta], list[TensorMeta], list[int | None], list[Any], dict[str, Any]],
+                     tuple[list[Any], dict[str, Any]] | None]
+_RESCALE: dict[str, RescaleFn] = {}
+
+
+def register_rescale(op: str, fn: RescaleFn) -> None:
+    """How ``op``'s non-tensor arguments change for one part (see :func:`rescale_args`)."""
+    _RESCALE[op] = fn
 
 
 def rescale_args(node: Node, full_ins: list[TensorMeta], part_outs: list[TensorMeta],
@@ -703,6 +629,8 @@ def rescale_args(node: Node, full_ins: list[TensorMeta], part_outs: list[TensorM
     if d is None or d.dim_links is None:
         return None
     args, kwargs = list(node.args), dict(node.kwargs)
+    if op in _RESCALE:
+        return _RESCALE[op](node, full_ins, part_outs, in_split, args, kwargs)
     if op in _SIZE_ARG:
         pos = _SIZE_ARG[op]
         if pos < len(args):
@@ -784,3 +712,23 @@ def draws_random(op: str) -> bool:
     """Whether ``op`` draws random numbers (running it again, or in parts, changes its values)."""
     name = op.split(".")[1] if op.count(".") >= 1 else op
     return any(k in name for k in _RANDOM)
+
+
+# Kernels that read their tensor inputs as contiguous memory (they reject -- or, measured for
+# native_group_norm_backward on the CPU, silently misread -- a strided view): a fission part may
+# not slice their inputs along an inner dim (``analysis.dgraph.plan_split``).
+CONTIGUOUS_INPUTS = frozenset({A + "native_group_norm.default", A + "native_group_norm_backward.default"})
+
+
+def node_draws_random(node: Node) -> bool:
+    """Whether running ``node`` again, or in parts, changes its values: a random op, or an op whose
+    randomness is an argument (attention with ``dropout_p > 0``).  Fission and recomputation
+    refuse such nodes (eager PyTorch draws once, in one call; parts would draw other numbers)."""
+    return draws_random(node.op) or ops_modern.random_args(node)
+
+
+for _names, _cat, _flops, _links in ops_modern.ENTRIES:
+    register(_names, _cat, _flops, _links)
+_RESCALE.update(ops_modern.RESCALE)
+_SIZE_ARG.update(ops_modern.SIZE_ARG)
+_ADDED_ONCE.update(ops_modern.ADDED_ONCE)

@@ -165,10 +165,18 @@ class Fission(FTreeNamed, Rule):
     def application(n: int, comp: Key, nodes: Iterable[int]) -> Application:
         return Application("fission", (n, *comp, *sorted(nodes)))
 
+    @staticmethod
+    def ordered_application(n: int, comp: Key, order: list[int]) -> Application:
+        """An F-Trans whose part runs S in ``order`` (a schedule of G[S], e.g. one that recomputes
+        activations late); S listed unsorted in the parameters is that order."""
+        return Application("fission", (n, *comp, *order))
+
     def edit(self, g: Graph, app: Application) -> None:
         n, cn, cj, cd, *nodes = app.params
         dg = DGraph(g, nodes) if cn in nodes else DGraph(g)  # a D-node of S: S's links suffice
-        split = plan_split(g, dg, nodes, (cn, cj, cd))
+        # S in sorted order: the part runs it in ``topological`` order; listed otherwise, in that order
+        order = None if nodes == sorted(nodes) else list(nodes)
+        split = plan_split(g, dg, nodes, (cn, cj, cd), order=order)
         apply_split(g, split, n)
 
 

@@ -27,7 +27,7 @@ def recomputable(g: Graph, nid: int, views: bool = True) -> bool:
         return False
     if not views and any(t.alias is not None for t in n.outputs):
         return False
-    return not ops.draws_random(n.op)
+    return not ops.node_draws_random(n)
 
 
 def recomputed_copy(g: Graph, v: int):

@@ -1,0 +1,433 @@
+"""Ops registry entries for what modern models call (``core.ir.ops`` registers ``ENTRIES`` and the tables below):
+
+* fused attention -- the SDPA family (math, CPU flash, CUDA flash / efficient / cuDNN; forward and
+  backward): batch and heads split everywhere; the query length splits queries, outputs and the
+  log-sum-exp while keys and values stay whole (each query row is independent given the whole key
+  sequence) -- and in the backward the key / value gradients are sums over query rows (a reduce
+  axis).  Not with ``is_causal``: torch aligns the causal mask to the top-left corner of each call,
+  so a block of query rows would see the mask of the first rows.  FLOPs as torch's flop counter
+  counts them (forward 2 B H Lq Lk (D + Dv); backward 2 B H Lq Lk (3 D + 2 Dv), 2.5x at D = Dv),
+  costed on the matmul peak: attention is compute-bound.
+* group norm and its backward: the batch splits; the channels split by whole groups (argument
+  rescaling of ``C`` and ``group``; the gradients of weight and bias are sums over the batch).
+* advanced indexing with integer indices (``_unsafe_index`` -- nearest and bilinear upsampling as
+  captured -- ``index.Tensor`` and ``_unsafe_index_put``, their backward), ``upsample_*`` backwards.
+* ``stack``, ``roll``, and ``as_strided`` where it is a view pattern (a contiguous reshape).
+* random ops (``bernoulli``, ``native_dropout``, SDPA with ``dropout_p > 0``): elementwise links,
+  but fission through them is refused (``ops.node_draws_random``): each part would draw other
+  numbers than eager PyTorch's single call.
+"""
+
+from __future__ import annotations
+
+import math
+
+from .graph import Node, TensorMeta, TRef
+from .op_base import A, DimLink, OpCtx, _out_numel, _pointwise, _times, _zero, norm_dim, reshape_links
+
+# what core.ir.ops registers from this module
+ENTRIES: list[tuple[list[str], str, object, object]] = []
+RESCALE: dict[str, object] = {}
+SIZE_ARG: dict[str, int] = {}  # position of an argument holding output 0's size
+ADDED_ONCE: dict[str, int] = {}  # position of a tensor added once to the result (see ops.added_once)
+
+
+def register(names: str | list[str], category: str, flops, links) -> None:
+    ENTRIES.append(([names] if isinstance(names, str) else list(names), category, flops, links))
+
+
+def register_rescale(op: str, fn) -> None:
+    RESCALE[op] = fn
+
+
+def _kw_index(c: OpCtx, name: str) -> int | None:
+    """Index in ``ins`` of the tensor passed as keyword argument ``name``."""
+    seen = len(c.node.inputs()) - sum(1 for v in c.node.kwargs.values() if isinstance(v, TRef))
+    for k, v in c.node.kwargs.items():
+        if isinstance(v, TRef):
+            if k == name:
+                return seen
+            seen += 1
+    return None
+
+
+def _tensor_index(c: OpCtx, name: str, pos: int) -> int | None:
+    return c.in_index(pos) if pos < len(c.node.args) else _kw_index(c, name)
+
+
+# ---- scaled dot-product attention ---------------------------------------------------------------
+# op -> (tensor roles by argument name and position, output roles, position of is_causal,
+#        position of dropout_p).  Roles: q, k, v [B, H(k), L(q|k), D(v)]; o (like the output
+#        [B, H, Lq, Dv]); lse [B, H, Lq]; mask (broadcast to [B, H, Lq, Lk]); attn [B, H, Lq, Lk];
+#        dq / dk / dv (like q / k / v, the query length summed in dk and dv); None: not linked.
+_SDPA: dict[str, tuple[list[tuple[str, int, str]], list[str | None], int, int]] = {
+    A + "_scaled_dot_product_flash_attention_for_cpu.default": (
+        [("query", 0, "q"), ("key", 1, "k"), ("value", 2, "v"), ("attn_mask", 99, "mask")],
+        ["o", "lse"], 4, 3),
+    A + "_scaled_dot_product_flash_attention_for_cpu_backward.default": (
+        [("grad_out", 0, "o"), ("query", 1, "q"), ("key", 2, "k"), ("value", 3, "v"), ("out", 4, "o"),
+         ("logsumexp", 5, "lse"), ("attn_mask", 99, "mask")],
+        ["dq", "dk", "dv"], 7, 6),
+    A + "_scaled_dot_product_attention_math.default": (
+        [("query", 0, "q"), ("key", 1, "k"), ("value", 2, "v"), ("attn_mask", 3, "mask")],
+        ["o", "attn"], 5, 4),
+    A + "scaled_dot_product_attention.default": (
+        [("query", 0, "q"), ("key", 1, "k"), ("value", 2, "v"), ("attn_mask", 3, "mask")],
+        ["o"], 5, 4),
+    # CUDA kernels (graphs captured on a GPU): their RNG-state and sequence-offset outputs have no
+    # dims, so plan_split refuses to split them; the links and costs still describe them.
+    A + "_scaled_dot_product_efficient_attention.default": (
+        [("query", 0, "q"), ("key", 1, "k"), ("value", 2, "v"), ("attn_bias", 3, "mask")],
+        ["o", None, None, None], 6, 5),
+    A + "_scaled_dot_product_efficient_attention_backward.default": (
+        [("grad_out_", 0, "o"), ("query", 1, "q"), ("key", 2, "k"), ("value", 3, "v"),
+         ("attn_bias", 4, "mask"), ("out", 5, "o")],
+        ["dq", "dk", "dv", None], 11, 9),
+    A + "_scaled_dot_product_flash_attention.default": (
+        [("query", 0, "q"), ("key", 1, "k"), ("value", 2, "v")],
+        ["o", "lse", None, None, None, None, None, None, None], 4, 3),
+    A + "_scaled_dot_product_flash_attention_backward.default": (
+        [("grad_out", 0, "o"), ("query", 1, "q"), ("key", 2, "k"), ("value", 3, "v"), ("out", 4, "o"),
+         ("logsumexp", 5, "lse")],
+        ["dq", "dk", "dv"], 11, 10),
+    A + "_scaled_dot_product_cudnn_attention.default": (
+        [("query", 0, "q"), ("key", 1, "k"), ("value", 2, "v"), ("attn_bias", 3, "mask")],
+        ["o", None, None, None, None, None, None, None, None], 6, 5),
+    A + "_scaled_dot_product_cudnn_attention_backward.default": (
+        [("grad_out", 0, "o"), ("query", 1, "q"), ("key", 2, "k"), ("value", 3, "v"), ("out", 4, "o")],
+        ["dq", "dk", "dv"], 14, 13),
+}
+SDPA_OPS = frozenset(_SDPA)
+_BACKWARD_ROLES = {"dq", "dk", "dv"}
+
+
+def _sdpa_roles(c: OpCtx) -> dict[int, str]:
+    roles, _outs, _c, _d = _SDPA[c.node.op]
+    found: dict[int, str] = {}
+    for name, pos, role in roles:
+        i = _tensor_index(c, name, pos)
+        if i is not None and i < len(c.ins):
+            found[i] = role
+    return found
+
+
+def _sdpa_shapes(c: OpCtx) -> tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]]:
+    roles = {r: i for i, r in _sdpa_roles(c).items()}
+    return c.ins[roles["q"]].shape, c.ins[roles["k"]].shape, c.ins[roles["v"]].shape
+
+
+def sdpa_causal(node: Node) -> bool:
+    pos = _SDPA[node.op][2]
+    v = node.args[pos] if pos < len(node.args) else node.kwargs.get("is_causal", False)
+    return bool(v)
+
+
+def sdpa_dropout(node: Node) -> float:
+    pos = _SDPA[node.op][3]
+    v = node.args[pos] if pos < len(node.args) else node.kwargs.get("dropout_p", 0.0)
+    return float(v or 0.0)
+
+
+def _sdpa_links(c: OpCtx) -> list[DimLink]:
+    q, k, _v = _sdpa_shapes(c)
+    b, h, lq = q[0], q[1], q[2]
+    roles = _sdpa_roles(c)
+    out_roles = _SDPA[c.node.op][1]
+    outs = [(j, r) for j, r in enumerate(out_roles) if r is not None and j < len(c.outs)]
+    links: list[DimLink] = []
+
+    def in_dim(i: int, role: str, axis: str) -> int | None:
+        t = c.ins[i].shape
+        if role == "mask":  # broadcast from the right against [B, H, Lq, Lk]
+            d = {"b": 0, "h": 1, "lq": 2}[axis] - (4 - len(t))
+            want = {"b": b, "h": h, "lq": lq}[axis]
+            return d if d >= 0 and t[d] == want else None
+        if role == "lse":
+            return {"b": 0, "h": 1, "lq": 2}[axis]
+        if role in ("k", "v") and axis == "lq":
+            return None  # keys and values need the whole sequence
+        return {"b": 0, "h": 1, "lq": 2}[axis]
+
+    def out_dim(role: str, axis: str) -> int | None:
+        if role in ("dk", "dv"):
+            if axis == "lq":
+                return -1  # a sum over the query rows
+        return {"b": 0, "h": 1, "lq": 2}[axis]
+
+    # grouped-query heads (fewer key / value heads, enable_gqa): a block of query heads maps to key
+    # heads by its index within the call, so the heads do not split
+    axes = [("b", b)] + ([("h", h)] if k[1] == h else []) + ([] if sdpa_causal(c.node) else [("lq", lq)])
+    for axis, size in axes:
+        if size <= 1:
+            continue
+        for i, role in roles.items():
+            di = in_dim(i, role, axis)
+            if di is None:
+                continue
+            for j, orole in outs:
+                do = out_dim(orole, axis)
+                if do is not None:
+                    links.append(DimLink(i, di, j, do))
+    return links
+
+
+def _sdpa_flops(c: OpCtx) -> float:
+    q, k, v = _sdpa_shapes(c)
+    b, h, lq, d = q
+    lk, dv = k[2], v[3]
+    if set(_SDPA[c.node.op][1]) & _BACKWARD_ROLES:
+        return 2.0 * b * h * lq * lk * (3 * d + 2 * dv)
+    return 2.0 * b * h * lq * lk * (d + dv)
+
+
+register(list(_SDPA), "matmul", _sdpa_flops, _sdpa_links)
+
+
+# ---- group norm ---------------------------------------------------------------------------------
+def _group_norm_links(c: OpCtx) -> list[DimLink]:
+    """native_group_norm(input [N, C, *], weight [C], bias [C], N, C, HxW, group, eps)
+    -> (out [N, C, *], mean [N, G], rstd [N, G])."""
+    x = c.ins[0].shape
+    w = [i for i in (c.in_index(1), c.in_index(2)) if i is not None]
+    links: list[DimLink] = []
+    if x[0] > 1:
+        links += [DimLink(0, 0, j, 0) for j in range(3)]
+    if x[1] > 1 and int(c.arg(6)) > 1:  # channels by whole groups: mean / rstd split by group
+        links += [DimLink(i, d, j, 1) for i, d in [(0, 1)] + [(i, 0) for i in w] for j in range(3)]
+    return links
+
+
+def _group_norm_bwd_links(c: OpCtx) -> list[DimLink]:
+    """native_group_norm_backward(grad_out, input, mean [N, G], rstd [N, G], weight, N, C, HxW,
+    group, output_mask) -> (grad_input [N, C, *], grad_weight [C], grad_bias [C])."""
+    go = c.ins[0].shape
+    rows = [0, 1, 2, 3]  # grad_out, input, mean, rstd
+    wi = c.in_index(4)
+    links: list[DimLink] = []
+    if go[0] > 1:
+        links += [DimLink(i, 0, 0, 0) for i in rows]
+        links += [DimLink(i, 0, j, -1) for i in rows for j in (1, 2)]  # summed over the batch
+    if go[1] > 1 and int(c.arg(8)) > 1:
+        chans = [(0, 1), (1, 1), (2, 1), (3, 1)] + ([(wi, 0)] if wi is not None else [])
+        links += [DimLink(i, d, 0, 1) for i, d in chans]
+        links += [DimLink(i, d, j, 0) for i, d in chans for j in (1, 2)]
+    return links
+
+
+def _group_norm_rescale(pos: int):
+    def rescale(node: Node, full_ins: list[TensorMeta], part_outs: list[TensorMeta], in_split, args, kwargs):
+        c_full = full_ins[0].shape[1]
+        n_part, c_part = part_outs[0].shape[0], part_outs[0].shape[1]
+        groups = int(args[pos + 3])
+        if (groups * c_part) % c_full:
+            return None  # a part would cut a group
+        args[pos], args[pos + 1], args[pos + 3] = n_part, c_part, groups * c_part // c_full
+        return args, kwargs
+    return rescale
+
+
+register([A + "native_group_norm.default"], "norm", _times(8, lambda c: float(c.ins[0].numel)), _group_norm_links)
+register([A + "native_group_norm_backward.default"], "norm", _times(12, lambda c: float(c.ins[0].numel)),
+         _group_norm_bwd_links)
+register_rescale(A + "native_group_norm.default", _group_norm_rescale(3))
+register_rescale(A + "native_group_norm_backward.default", _group_norm_rescale(5))
+
+
+# ---- advanced indexing (nearest / bilinear upsampling as captured) ------------------------------
+def _index_layout(c: OpCtx, pos: int) -> tuple[list[int | None], int, int, tuple[int, ...], bool] | None:
+    """For ``self[indices]`` (indices at argument ``pos``): the ins index of each entry of the list
+    (None: a full slice), the first indexed dim, the last, the broadcast index shape, and whether
+    the index dims stay in place (adjacent indices) or go first."""
+    lst = c.node.args[pos]
+    base = sum(1 for a in c.node.args[:pos] if isinstance(a, TRef))
+    idx: list[int | None] = []
+    k = base
+    for a in lst:
+        if isinstance(a, TRef):
+            idx.append(k)
+            k += 1
+        else:
+            idx.append(None)
+    at = [d for d, i in enumerate(idx) if i is not None]
+    if not at:
+        return None
+    for i in idx:
+        if i is not None and c.ins[i].dtype == "bool":
+            return None  # a mask: the output size depends on its values
+    shapes = [c.ins[i].shape for i in idx if i is not None]
+    r = max(len(s) for s in shapes)
+    bshape = tuple(max((s[len(s) - r + e] if len(s) - r + e >= 0 else 1) for s in shapes) for e in range(r))
+    adjacent = at == list(range(at[0], at[-1] + 1))
+    return idx, at[0], at[-1], bshape, adjacent
+
+
+def _index_links_for(c: OpCtx, pos: int, src: int, out_rank: int) -> list[tuple[int, int, int]]:
+    """(ins index, its dim, output dim) of ``self[indices]`` where ``src`` is self's ins index."""
+    lay = _index_layout(c, pos)
+    if lay is None:
+        return []
+    idx, first, last, bshape, adjacent = lay
+    x = c.ins[src].shape
+    r = len(bshape)
+    start = first if adjacent else 0
+    pairs = []
+    rest = 0
+    for d in range(len(x)):
+        indexed = d < len(idx) and idx[d] is not None
+        if indexed:
+            continue
+        if adjacent:
+            od = d if d < first else d - (last - first + 1) + r
+        else:
+            od = r + rest
+            rest += 1
+        if x[d] > 1:
+            pairs.append((src, d, od))
+    for i in idx:
+        if i is None:
+            continue
+        s = c.ins[i].shape
+        for e in range(len(s)):
+            be = e + r - len(s)
+            if s[e] == bshape[be] and s[e] > 1:
+                pairs.append((i, e, start + be))
+    return [p for p in pairs if p[2] < out_rank]
+
+
+def _index_links(c: OpCtx) -> list[DimLink]:
+    return [DimLink(i, d, 0, od) for i, d, od in _index_links_for(c, 1, 0, len(c.outs[0].shape))]
+
+
+def _index_put_links(c: OpCtx) -> list[DimLink]:
+    """``_unsafe_index_put(self, indices, values, accumulate)``: out = self with values written (or
+    added) at the indices.  Dims of self that are not indexed split out and values alike; with
+    ``accumulate`` the index dims of values are a sum (each part adds its rows; self added once)."""
+    lay = _index_layout(c, 1)
+    if lay is None:
+        return []
+    idx, first, last, bshape, adjacent = lay
+    vi = c.in_index(2)
+    if vi is None:
+        return []
+    out_rank = len(c.outs[0].shape)
+    links: list[DimLink] = []
+    # values has the shape of self[indices]: its dims map to self's dims like an index's output
+    vals = c.ins[vi].shape
+    for src, d, od in _index_links_for(c, 1, 0, 10 ** 6):
+        if src == 0 and od < len(vals) and vals[od] == c.ins[0].shape[d]:
+            links += [DimLink(0, d, 0, d), DimLink(vi, od, 0, d)]
+    accumulate = bool(c.arg(3, False))
+    if accumulate and adjacent:
+        r = len(bshape)
+        for i in idx:
+            if i is None:
+                continue
+            s = c.ins[i].shape
+            for e in range(len(s)):
+                be = e + r - len(s)
+                if s[e] == bshape[be] and s[e] > 1:
+                    links += [DimLink(i, e, 0, -(be + 1)), DimLink(vi, first + be, 0, -(be + 1))]
+    return [lk for lk in links if lk.out_dim < out_rank]
+
+
+register([A + "_unsafe_index.Tensor", A + "index.Tensor"], "index", _out_numel, _index_links)
+register([A + "_unsafe_index_put.default"], "index", _times(2, lambda c: float(c.ins[-1].numel) if c.ins else 0.0),
+         _index_put_links)
+ADDED_ONCE[A + "_unsafe_index_put.default"] = 0
+
+
+def _batch_channel_links(c: OpCtx) -> list[DimLink]:
+    return [DimLink(0, d, 0, d) for d in (0, 1) if c.ins[0].shape[d] > 1]
+
+
+_UP_BWD = [A + "upsample_nearest2d_backward.default", A + "upsample_bilinear2d_backward.default",
+           A + "upsample_nearest2d_backward.vec", A + "upsample_bilinear2d_backward.vec"]
+register(_UP_BWD + [A + "upsample_nearest2d.default", A + "upsample_bilinear2d.default"], "pool",
+         _times(2, lambda c: float(c.outs[0].numel + c.ins[0].numel)), _batch_channel_links)
+for _op in _UP_BWD:
+    SIZE_ARG[_op] = 2  # input_size [N, C, H, W]
+
+
+# ---- stack, roll, as_strided --------------------------------------------------------------------
+def _stack_links(c: OpCtx) -> list[DimLink]:
+    r = len(c.outs[0].shape)
+    d = norm_dim(c.kw("dim", 1, 0), r)
+    return [DimLink(i, k, 0, k if k < d else k + 1) for i in range(len(c.ins))
+            for k in range(len(c.ins[i].shape)) if c.ins[i].shape[k] > 1]
+
+
+def _roll_links(c: OpCtx) -> list[DimLink]:
+    x = c.ins[0].shape
+    dims = c.kw("dims", 2, [])
+    dims = [dims] if isinstance(dims, int) else list(dims or [])
+    if not dims:
+        return []  # a roll of the flattened tensor moves elements across every dim
+    rolled = {norm_dim(d, len(x)) for d in dims}
+    return [DimLink(0, d, 0, d) for d in range(len(x)) if d not in rolled and x[d] > 1]
+
+
+def _contiguous_strides(shape: tuple[int, ...] | list[int]) -> list[int]:
+    out, acc = [], 1
+    for s in reversed(list(shape)):
+        out.append(acc)
+        acc *= max(int(s), 1)
+    return out[::-1]
+
+
+def _as_strided_links(c: OpCtx) -> list[DimLink]:
+    """A view pattern: ``as_strided`` of a fresh (contiguous) tensor with the contiguous strides of
+    its size and no offset is a reshape; only the outermost dims link (slicing them keeps a part
+    contiguous, and the part's call takes its own storage offset, see the rescaling)."""
+    x = c.ins[0]
+    size, stride = list(c.arg(1)), list(c.arg(2))
+    offset = c.kw("storage_offset", 3, None)
+    if x.alias is not None or offset not in (None, 0) or math.prod(size) != x.numel \
+            or [s for s, n in zip(stride, size, strict=True) if n > 1] != \
+            [s for s, n in zip(_contiguous_strides(size), size, strict=True) if n > 1]:
+        return []
+    pairs = reshape_links(x.shape, tuple(size))
+    return [DimLink(0, a, 0, b) for a, b in pairs[:1]]
+
+
+def _as_strided_rescale(node: Node, full_ins, part_outs, in_split, args, kwargs):
+    args[1] = list(part_outs[0].shape)
+    args[2] = _contiguous_strides(part_outs[0].shape)
+    if len(args) > 3:
+        args[3] = None  # the part's own offset (a slice of the input starts further in)
+    kwargs.pop("storage_offset", None)
+    return args, kwargs
+
+
+register([A + "stack.default"], "copy", _zero, _stack_links)
+register([A + "roll.default"], "copy", _zero, _roll_links)
+register([A + "as_strided.default"], "view", _zero, _as_strided_links)
+register_rescale(A + "as_strided.default", _as_strided_rescale)
+
+
+# ---- random ops: elementwise, never split (ops.node_draws_random) --------------------------------
+register([A + "bernoulli.p", A + "bernoulli.default", A + "bernoulli.Tensor"], "elementwise",
+         _times(2, _out_numel), _pointwise)
+register([A + "native_dropout_backward.default"], "elementwise", _out_numel, _pointwise)
+
+
+def random_args(node: Node) -> bool:
+    """An op whose randomness is an argument (attention dropout)."""
+    return node.op in _SDPA and sdpa_dropout(node) > 0
+
+
+# ---- device-neutral export ------------------------------------------------------------------------
+# Device-specific kernels a CPU capture records -> the runtime function (``codegen.runtime``) the
+# exported script calls instead: the same outputs on any device (that kernel itself on the CPU).
+DEVICE_NEUTRAL = {
+    A + "_scaled_dot_product_flash_attention_for_cpu.default": "attention_forward",
+    A + "_scaled_dot_product_flash_attention_for_cpu_backward.default": "attention_backward",
+}
+# Outputs laid out in memory like one of the op's inputs (argument position), not contiguously:
+# the attention output follows the query's layout (views the model takes of it rely on that).
+LAYOUT_FROM = {A + "_scaled_dot_product_flash_attention_for_cpu.default": {0: 0},
+               A + "_scaled_dot_product_efficient_attention.default": {0: 0},
+               A + "_scaled_dot_product_flash_attention.default": {0: 0},
+               A + "_scaled_dot_product_cudnn_attention.default": {0: 0}}
+
+
+__all__ = ["DEVICE_NEUTRAL", "LAYOUT_FROM", "SDPA_OPS", "random_args", "sdpa_causal", "sdpa_dropout"]
