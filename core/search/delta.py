@@ -9,7 +9,11 @@ primitives, then:
 1. reschedules a window of the old schedule around the changed nodes (MAGIS Algorithm 2: the
    interval from ``get_reschedule_interval``, GraphPartition + Serenity's DP per part), on a memory
    model of the window alone: the storages the window touches, and the bytes alive across it as a
-   constant (``base``);
+   constant (``base``).  The window is bounded by work, not by waists: on a graph without narrow
+   waists (long skip connections) or for a change spread far apart, the window's ops keep the
+   parent's order (added ops before their first reader) and the DP gets only ``window_cap`` of them,
+   around the step where that order peaks (``_bounded_window``, ``bounded_segment``); the curve is
+   then spliced from the storages the change and that segment touch (``_spliced``);
 2. updates the memory curve: the intervals of the storages the change or the window touches are
    taken out of the parent's curve (what remains is constant inside the window), the window is
    re-sized, and the new intervals are added back -- a few vector operations on one array, no walk
@@ -45,16 +49,17 @@ from ..cost.model import AnalyticCost, CostModel
 from ..ir.graph import EditLog, Graph, GraphError, NodeKind, TensorKind, TRef
 from ..metrics import HasMetrics, metrics
 from ..schedule.footprint import MemoryModel
-from ..schedule.incremental import SEARCH, get_reschedule_interval, schedule_parts
+from ..schedule.incremental import MARGIN, SEARCH, get_reschedule_interval, schedule_parts
 from ..schedule.placement import load_slot
 from ..schedule.units import UnitProblem
-from ..simulate import COPY_KINDS, copies_done, simulate, stream_times
+from ..simulate import COPY_KINDS, async_copies, copies_done, simulate, stream_times
 from ..transform.registry import REMAT_FAMILY, rules_of
 from ..transform.rule import Application, Rule, RuleNotApplicable, Where
 from .mstate import MState
 from .wl_hash import WLHash
 
 NW_NEW = 0  # narrow-waist value of a node the imported graph did not have (an ideal window edge)
+WINDOW_CAP = 96  # ops a child's window DP schedules at most: a few milliseconds (bench/windows.py)
 
 
 class _Storage:
@@ -160,8 +165,12 @@ class StorageIndex:
         for nid in present:
             self._join(nid)
             changed.update(self.member_of[nid])
-        if any(e.kind in ("output", "alias") for e in log.edits):
-            changed |= self.refresh_outputs()
+        keys = {e.old[0] for e in log.edits if e.kind == "output"}
+        if any(e.kind == "alias" for e in log.edits):  # outputs read through a re-pointed view move too
+            moved = set(touched)
+            keys.update(k for k, r in g.outputs.items() if r.node in moved)
+        if keys:
+            changed |= self.refresh_outputs(keys)
         return changed
 
     def _through_views(self, log: EditLog) -> set[int]:
@@ -179,16 +188,42 @@ class StorageIndex:
                         stack.append(u)
         return out
 
-    def refresh_outputs(self) -> set[TRef]:
-        new = {self.g.storage_root(r) for r in self.g.outputs.values()}
-        flipped = new ^ self.kept_roots
-        for root in self.kept_roots - new:
+    def refresh_outputs(self, keys: Iterable[str] | None = None) -> set[TRef]:
+        """Mark the storages the graph's outputs keep (``keys``: only those outputs were edited;
+        None: all of them, from scratch).  Returns the storages whose mark flipped."""
+        g = self.g
+        if keys is None:
+            self.out_root = {k: g.storage_root(r) for k, r in g.outputs.items()}
+            self.root_count: dict[TRef, int] = {}
+            for root in self.out_root.values():
+                self.root_count[root] = self.root_count.get(root, 0) + 1
+            new = set(self.root_count)
+            flipped = new ^ self.kept_roots
+            self.kept_roots = new
+        else:
+            count = self.root_count
+            was: dict[TRef, bool] = {}
+            for k in keys:
+                old = self.out_root.pop(k, None)
+                if old is not None:
+                    was.setdefault(old, True)
+                    count[old] -= 1
+                    if not count[old]:
+                        del count[old]
+                r = g.outputs.get(k)
+                if r is not None:
+                    root = self.out_root[k] = g.storage_root(r)
+                    was.setdefault(root, root in count)
+                    count[root] = count.get(root, 0) + 1
+            flipped = {root for root, before in was.items() if (root in count) != before}
+            for root in flipped:
+                if root in count:
+                    self.kept_roots.add(root)
+                else:
+                    self.kept_roots.discard(root)
+        for root in flipped:
             if root in self.st:
-                self.st[root].kept = False
-        for root in new:
-            if root in self.st:
-                self.st[root].kept = True
-        self.kept_roots = new
+                self.st[root].kept = root in self.kept_roots
         return flipped
 
     def roots_of(self, nodes: Iterable[int]) -> set[TRef]:
@@ -210,6 +245,7 @@ class Child(HasMetrics):
     metrics: dict[str, float]  # named metrics (``core.metrics``)
     hash: int
     exact_window: bool = True  # the window's DP finished (no state cap or time limit hit)
+    scheduled: int = 0  # ops the window's DP was given (at most the evaluator's ``window_cap``)
 
 
 class DeltaEvaluator:
@@ -217,12 +253,13 @@ class DeltaEvaluator:
 
     def __init__(self, g: Graph, order: Sequence[int], cost: CostModel | None = None,
                  rules: dict[str, Rule] | None = None, free_inputs: bool = False, count_weights: bool = True,
-                 max_states: int = 20_000) -> None:
+                 max_states: int = 20_000, window_cap: int | None = WINDOW_CAP) -> None:
         self.g = g
         self.cost = cost or AnalyticCost()
         self.rules = dict(rules or rules_of(REMAT_FAMILY))
         self.flags = (free_inputs, count_weights)
         self.max_states = max_states
+        self.window_cap = window_cap  # the most ops one child's DP reschedules (None: no bound)
         self.order = list(order)
         self.pos = {v: i for i, v in enumerate(self.order)}
         self.storages = StorageIndex(g)
@@ -232,6 +269,8 @@ class DeltaEvaluator:
         self.wl = WLHash(g)
         self.intervals: dict[TRef, tuple[int, int, int]] = {}
         self.curve = self._full_curve()
+        self._freed: np.ndarray | None = None  # ``_frees`` of the working state
+        self._at_end: list[TRef] = []
         self.latency = self._full_latency()
         peak, host = self.peak, 0
         if self.storages.copy_nodes:  # copies free their inputs when they complete: the timed peak
@@ -425,13 +464,15 @@ class DeltaEvaluator:
         return (L, R, out) if len(out) == len(ops) else None
 
     def _schedule_window(self, L: int, R: int, ops: list[int], affected: set[TRef],
-                         bg: np.ndarray) -> tuple[list[int], bool]:
+                         bg: np.ndarray, pos: dict[int, int] | None = None) -> tuple[list[int], bool]:
         """Serenity's DP (via GraphPartition) on the window, with a memory model of the window
-        alone: storages it touches, plus the bytes alive across it (constant ``bg[L]``)."""
-        n = len(self.order)
+        alone: storages it touches, plus the bytes alive across it (constant ``bg[L]``).  ``pos``:
+        the positions of the schedule the window is part of (default: the working schedule's)."""
+        n = len(bg)
         base = int(bg[L]) if L < n else 0
         index = {v: i for i, v in enumerate(ops)}
-        g, pos = self.g, self.pos
+        g = self.g
+        pos = self.pos if pos is None else pos
         preds = [tuple(sorted(index[p] for p in g.preds(v) if p in index)) for v in ops]
         succs: list[list[int]] = [[] for _ in ops]
         for i, ps in enumerate(preds):
@@ -468,6 +509,146 @@ class DeltaEvaluator:
         units, _, _, stats = schedule_parts(P, range(P.n_units), 0, P.live0, max_states=self.max_states,
                                             floor=floor)
         return P.emit(units), not (stats.truncated or stats.timed_out)
+
+    def _bounded_window(self, L: int, R: int, ops: list[int], changed: set[TRef]
+                        ) -> tuple[list[int], bool, np.ndarray]:
+        """The window's order when it has more than ``window_cap`` ops (a graph without narrow
+        waists, or a change spread far apart): the window's ops keep the order ``_window`` gave
+        them (the parent's order, added ops before their first reader), and only a segment of
+        ``window_cap`` of them is rescheduled by the DP -- around the step where that order peaks,
+        its ends at ops of small narrow-waist value (``bounded_segment``).  The segment's memory
+        model is taken from that intermediate order's curve, so the DP sees what is alive across
+        it; whatever it returns is a topological order of the segment's ops, and the child's
+        curve is computed from the final order, so the result is exact.  The curves come from
+        ``_spliced`` (work in the storages the change or the segment touch), or where it does
+        not apply from ``_transition`` over every storage of the window.  Returns (window, the DP
+        finished, the child's curve)."""
+        st, g = self.storages.st, self.g
+        first = self._spliced(L, R, ops, changed)
+        if first is None:
+            affected = changed | self.storages.roots_of(ops) | self.storages.roots_of(self.order[L:R + 1])
+            bg = self._background(affected)
+
+            def splice(window: list[int], _keys: set[TRef], _seg: Iterable[int]):
+                return self._transition(L, R, window, affected, bg)[::2]
+
+            first = splice(ops, changed, ())
+        else:
+            def splice(window: list[int], keys: set[TRef], seg: Iterable[int]):
+                return self._spliced(L, R, window, keys, seg)
+
+        curve, newpos = first
+        w, new_n = len(ops), len(first[0])
+        nw_root = self.nw_root
+        nws = [nw_root.get(v, nw_root.get(g.nodes[v].recompute_of or -1, NW_NEW)) for v in ops]
+        i, j = bounded_segment(curve[L:L + w], nws, self.window_cap)
+        seg = ops[i:j + 1]
+        seg_aff = self.storages.roots_of(seg)
+        d = np.zeros(new_n + 1, dtype=np.int64)
+        for key in seg_aff:  # the segment's storages taken out of the intermediate curve
+            s = st.get(key)
+            iv = self._interval(s, newpos, new_n - 1) if s is not None else None
+            if iv is not None and iv[0] >= 0:
+                d[iv[0]] -= iv[2]
+                d[iv[1] + 1] += iv[2]
+        bg2 = curve + np.cumsum(d)[:new_n]
+        here = {}
+        for v in self.storages_nodes(seg_aff):
+            if v in self.pos or v in g.nodes and g.nodes[v].kind != NodeKind.PLACEHOLDER:
+                here[v] = newpos(v)
+        new_seg, exact = self._schedule_window(L + i, L + j, seg, seg_aff, bg2, here)
+        window = ops[:i] + new_seg + ops[j + 1:]
+        final = splice(window, changed | seg_aff, seg)
+        assert final is not None, "the segment's reordering moved an op outside it"
+        return window, exact, final[0]
+
+    def storages_nodes(self, keys: Iterable[TRef]) -> set[int]:
+        """The producers and members of the storages ``keys``."""
+        st = self.storages.st
+        out: set[int] = set()
+        for key in keys:
+            s = st.get(key)
+            if s is not None:
+                out.add(s.producer)
+                out.update(s.members)
+        return out
+
+    def _frees(self) -> np.ndarray:
+        """Bytes of the working schedule's storages last alive at each step before the last one
+        (residents never freed); the storages alive at the last step are listed apart, since a kept
+        output is too.  From the working state's intervals only, so a child's edits leave it valid;
+        computed once per working state."""
+        if self._freed is None:
+            n = len(self.order)
+            d = np.zeros(n + 1, dtype=np.int64)
+            last: list[TRef] = []
+            for key, (a, f, b) in self.intervals.items():
+                if a < 0:
+                    continue
+                if f < n - 1:
+                    d[f] += b
+                else:
+                    last.append(key)
+            self._freed, self._at_end = d, last
+        return self._freed
+
+    def _spliced(self, L: int, R: int, window: Sequence[int], keys: set[TRef], reordered: Iterable[int] = ()
+                 ) -> tuple[np.ndarray, Callable[[int], int]] | None:
+        """(curve, new position function) after replacing positions L..R by ``window`` when only
+        the storages ``keys`` are touched by the change or by the ops ``reordered``, and the
+        window's other old ops keep their old relative order.  Every other storage's interval ends
+        are ops that keep that order, so its part of the curve moves with them: at an old op's new
+        step it is the old step's; at a step of an added or reordered op, what was alive across
+        the gap after the old op before it (``_frees``).  Work: the window's length plus the
+        intervals of ``keys``.  None where this does not hold (the window reorders old ops outside
+        ``reordered``, or starts the schedule)."""
+        n, pos, order = len(self.order), self.pos, self.order
+        if L <= 0:
+            return None
+        skip = set(reordered)
+        w = len(window)
+        src = np.empty(w, dtype=np.int64)
+        old = np.zeros(w, dtype=bool)
+        last = L - 1
+        for k, v in enumerate(window):
+            p = pos.get(v)
+            if p is not None and v not in skip and order[p] == v:
+                if p <= last or p > R:
+                    return None
+                last = p
+                old[k] = True
+            src[k] = last
+        bg = self._background(keys)
+        freed = self._frees().copy()
+        intervals, st = self.intervals, self.storages.st
+        for key in keys:  # the frees of the storages in ``keys`` taken out, as ``bg`` has them out
+            iv = intervals.get(key)
+            if iv is not None and iv[0] >= 0 and iv[1] < n - 1:
+                freed[iv[1]] -= iv[2]
+        if R == n - 1:  # an op may follow the old last one: what it frees, kept outputs staying
+            freed[n - 1] = sum(intervals[k][2] for k in self._at_end
+                               if k not in keys and k in st and not st[k].kept)
+        mid = np.where(old, bg[src], bg[src] - freed[src])
+        delta = w - (R - L + 1)
+        new_n = n + delta
+        wpos = {v: L + k for k, v in enumerate(window)}
+
+        def newpos(v: int) -> int:
+            p = wpos.get(v)
+            if p is not None:
+                return p
+            p = pos[v]
+            return p if p < L else p + delta
+
+        d = np.zeros(new_n + 1, dtype=np.int64)
+        st = self.storages.st
+        for key in keys:
+            s = st.get(key)
+            iv = self._interval(s, newpos, new_n - 1) if s is not None else None
+            if iv is not None and iv[0] >= 0:
+                d[iv[0]] += iv[2]
+                d[iv[1] + 1] -= iv[2]
+        return np.concatenate([bg[:L], mid, bg[R + 1:]]) + np.cumsum(d)[:new_n], newpos
 
     def _background(self, affected: set[TRef]) -> np.ndarray:
         """The working curve without the storages in ``affected``."""
@@ -542,11 +723,16 @@ class DeltaEvaluator:
             win = self._window(0, n - 1, added)
             assert win is not None, "the working graph is not acyclic"
         L, R, ops = win
-        affected = changed | self.storages.roots_of(ops) | self.storages.roots_of(self.order[L:R + 1])
-        # the background curve (affected storages taken out) decides the window's constant part
-        bg = self._background(affected)
-        window, exact = self._schedule_window(L, R, ops, affected, bg)
-        curve, _, _ = self._transition(L, R, window, affected, bg)
+        if self.window_cap is None or len(ops) <= self.window_cap:
+            affected = changed | self.storages.roots_of(ops) | self.storages.roots_of(self.order[L:R + 1])
+            # the background curve (affected storages taken out) decides the window's constant part
+            bg = self._background(affected)
+            window, exact = self._schedule_window(L, R, ops, affected, bg)
+            curve, _, _ = self._transition(L, R, window, affected, bg)
+            scheduled = len(ops)
+        else:
+            window, exact, curve = self._bounded_window(L, R, ops, changed)
+            scheduled = self.window_cap
         peak = int(curve.max()) if len(curve) else 0
         uncopied = any(e.kind == "erase" and e.node is not None and e.node.kind in COPY_KINDS for e in log.edits)
         host = 0  # a graph without copies holds nothing on the host
@@ -554,7 +740,8 @@ class DeltaEvaluator:
             peak, latency, host = self._simulated(self.order[:L] + window + self.order[R + 1:], log.touched())
         else:
             latency = self.latency + self._latency_delta(log)
-        return Child(app, L, R, tuple(window), metrics(peak, latency, host_bytes=host), self.wl.value(), exact)
+        return Child(app, L, R, tuple(window), metrics(peak, latency, host_bytes=host), self.wl.value(), exact,
+                     scheduled)
 
     def _placed(self, app: Application, L: int, R: int, window: list[int], touched: set[int]) -> Child:
         """The child whose window is ``window`` as placed (a swap), simulated in full."""
@@ -576,7 +763,7 @@ class DeltaEvaluator:
             v = node.id
             return cost.node_time(g, node) if v in touched or v not in times else times[v]
 
-        _, end, issue, stream = stream_times(g, order, duration)
+        _, end, issue, stream = stream_times(g, order, duration, async_copies(cost))
         done = copies_done(end, issue, stream)
         pos = {v: i for i, v in enumerate(order)}.__getitem__
         d = np.zeros(n + 1, dtype=np.int64)
@@ -655,6 +842,7 @@ class DeltaEvaluator:
         self.order = self.order[:L] + window + self.order[R + 1:]
         self.pos = {v: i for i, v in enumerate(self.order)}
         self.curve = curve
+        self._freed = None
         g = self.g
         for v in log.touched():
             node = g.nodes.get(v)
@@ -706,4 +894,28 @@ class DeltaEvaluator:
         return self.g.copy(), list(self.order)
 
 
-__all__ = ["Child", "DeltaEvaluator", "StorageIndex"]
+def bounded_segment(curve: np.ndarray, nw: Sequence[int], cap: int, margin: int = MARGIN) -> tuple[int, int]:
+    """[i, j]: ``cap`` consecutive positions of a window of ``len(curve)`` steps (all of them when
+    it has no more) to reschedule.  They contain the window's peak step (the first), with at least
+    ``margin`` steps either side where the window allows; among such segments, the one whose
+    neighbours just outside have the smallest narrow-waist values ``nw`` (the ops beyond interact
+    least with it; ties: the most centred on the peak)."""
+    w = len(curve)
+    if w <= cap:
+        return 0, w - 1
+    p = int(np.argmax(curve))
+    first, last = max(0, p - cap + 1), min(p, w - cap)  # every segment holding p
+    a0, a1 = max(first, p - cap + 1 + margin), min(last, p - margin)
+    if a0 <= a1:
+        first, last = a0, a1
+
+    def score(a: int) -> tuple[int, int]:
+        left = nw[a - 1] if a > 0 else 0
+        right = nw[a + cap] if a + cap < w else 0
+        return left + right, abs(2 * a + cap - 1 - 2 * p)
+
+    a = min(range(first, last + 1), key=score)
+    return a, a + cap - 1
+
+
+__all__ = ["Child", "DeltaEvaluator", "StorageIndex", "WINDOW_CAP", "bounded_segment"]
