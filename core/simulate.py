@@ -78,11 +78,19 @@ class SimResult:
         return memory_over_time(self.memory.storages, self.issue, free_time)
 
 
-def stream_times(g: Graph, order: Sequence[int],
-                 duration: Callable[[Node], float]) -> tuple[np.ndarray, np.ndarray, np.ndarray, list[str]]:
+def async_copies(cost: CostModel) -> bool:
+    """Whether ``cost``'s device overlaps copies with compute (``DeviceProfile.async_copies``; a
+    cost model without a device profile: yes)."""
+    return getattr(getattr(cost, "device", None), "async_copies", True)
+
+
+def stream_times(g: Graph, order: Sequence[int], duration: Callable[[Node], float],
+                 async_copies: bool = True) -> tuple[np.ndarray, np.ndarray, np.ndarray, list[str]]:
     """THE timing semantics: (start, end, issue time, stream) of each step of ``order``.  Compute ops
     run one after another on the compute stream once their inputs are ready; a STORE/LOAD is issued
-    in program order (at the compute stream's time) and queued on the copy stream."""
+    in program order (at the compute stream's time) and queued on the copy stream.  Without
+    ``async_copies`` (a device with no copy engine: the CPU, where the exported script copies in
+    line) a copy also holds the compute stream until it ends."""
     n = len(order)
     start = np.zeros(n)
     end = np.zeros(n)
@@ -101,6 +109,8 @@ def stream_times(g: Graph, order: Sequence[int],
             s = max(dep, t_copy, t_compute)
             t_copy = s + dur
             stream[i] = "copy"
+            if not async_copies:
+                t_compute = t_copy
         else:
             s = max(dep, t_compute)
             t_compute = s + dur
@@ -122,7 +132,8 @@ def simulate(g: Graph, order: Sequence[int], cost: CostModel | None = None,
     cost = cost or AnalyticCost()
     order = list(order)
     n = len(order)
-    start, end, issue, stream = stream_times(g, order, lambda node: cost.node_time(g, node))
+    start, end, issue, stream = stream_times(g, order, lambda node: cost.node_time(g, node),
+                                             async_copies(cost))
     done = copies_done(end, issue, stream)
     mem = memory_profile(g, order, count_resident=count_resident, validate=validate,
                          copy_done=done.__getitem__ if done else None)
@@ -130,4 +141,4 @@ def simulate(g: Graph, order: Sequence[int], cost: CostModel | None = None,
     return SimResult(order, start, end, stream, latency, mem, issue, g, done)
 
 
-__all__ = ["SimResult", "copies_done", "simulate", "stream_times", "TRef"]
+__all__ = ["SimResult", "async_copies", "copies_done", "simulate", "stream_times", "TRef"]

@@ -84,6 +84,33 @@ def test_swaps_overlap_with_compute():
     assert all(s.root.node != st.id for s in r.memory.storages)
 
 
+def test_on_a_device_without_a_copy_engine_a_copy_holds_compute():
+    """The CPU profile (``async_copies=False``: the exported script copies in line): the same swap as
+    above, but c2 starts after the store ends and c3 after the load; the latency is the sum of every
+    step's time, copies included."""
+    g = _mm_graph(256, 256, 256)
+    c = g.by_name("c")
+    st = g.add_node(name="store", op="store", kind=NodeKind.STORE, args=[TRef(c.id)],
+                    outputs=[TensorMeta((256, 256), "float32", device="host")])
+    c2 = g.add_node(name="c2", op="aten.mm.default", args=[TRef(c.id), TRef(g.by_name("b").id)],
+                    outputs=[TensorMeta((256, 256), "float32")])
+    ld = g.add_node(name="load", op="load", kind=NodeKind.LOAD, args=[TRef(st.id)],
+                    outputs=[TensorMeta((256, 256), "float32")])
+    c3 = g.add_node(name="c3", op="aten.add.Tensor", args=[TRef(ld.id), TRef(c2.id)],
+                    outputs=[TensorMeta((256, 256), "float32")])
+    g.outputs = {"output_0": TRef(c3.id)}
+    order = [c.id, st.id, c2.id, ld.id, c3.id]
+    cpu = AnalyticCost("cpu")
+    assert not cpu.device.async_copies and AnalyticCost(DEV).device.async_copies
+    r = simulate(g, order, cpu)
+    i = {nid: k for k, nid in enumerate(r.order)}
+    assert r.stream[i[st.id]] == "copy"
+    assert r.start[i[c2.id]] == pytest.approx(r.end[i[st.id]])
+    assert r.start[i[c3.id]] == pytest.approx(r.end[i[ld.id]])
+    assert r.latency == pytest.approx(sum(cpu.node_time(g, g.nodes[v]) for v in order))
+    assert r.latency > sum(cpu.node_time(g, g.nodes[v]) for v in (c.id, c2.id, c3.id))  # the copies count
+
+
 def test_latency_is_the_sum_on_one_stream():
     g = _mm_graph(64, 64, 64)
     cm = AnalyticCost("a100-80gb")
@@ -100,8 +127,9 @@ def test_measured_cost_times_ops_and_caches_them(tmp_path, monkeypatch):
     g = _mm_graph(128, 128, 128)
     node = g.by_name("c")
     m1 = MeasuredCost(device="cpu", cache_dir=tmp_path, repeats=3)
-    # the op runs for real; the clock it is read with steps 4, 1 and 2 ms over the three repeats
-    ticks = iter([0.0, 0.004, 1.0, 1.001, 2.0, 2.002])
+    # the op runs for real; the clock it is read with steps 5 ms over the warm-up call (long enough:
+    # one call per sample), then 4, 1 and 2 ms over the three repeats
+    ticks = iter([0.0, 0.005, 1.0, 1.004, 2.0, 2.001, 3.0, 3.002])
     monkeypatch.setattr(measured, "time", SimpleNamespace(perf_counter=lambda: next(ticks)))
     t1 = m1.node_time(g, node)
     monkeypatch.undo()

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import sys
 import threading
+from pathlib import Path
 
 import pytest
 
@@ -166,3 +167,14 @@ def test_cli_sweep_writes_sweep_json(tmp_path, capsys):
     assert len(progress) == 2 and all("fig6_ftree rtx3090" in line for line in progress)
     for r in doc["rows"]:
         load_plans(r["plan"], io.load(graph_path("fig6_ftree")))
+
+
+def test_cli_sweep_exits_3_when_a_limit_is_not_reached(tmp_path, capsys):
+    """The status of "plans written, a memory limit not reached" is 3, as for ``magis optimize``."""
+    out = tmp_path / "out"
+    assert main(["sweep", "fig6_ftree", "--memory-limits", "0.9,1KiB", "--time-budget", "1", "-o", str(out)]) == 3
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1].startswith("magis: warning: 1 of 2 memory limits not reached (fig6_ftree rtx3090 1KiB")
+    doc = json.loads((out / "sweep.json").read_text())
+    assert [r["reached"] for r in doc["rows"]] == [True, False]
+    assert all(Path(r["plan"]).exists() for r in doc["rows"])

@@ -7,7 +7,7 @@ multiply / convolution per dtype (float32 runs as TF32 on tensor cores, as in th
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 
 
 @dataclass(frozen=True)
@@ -22,6 +22,8 @@ class DeviceProfile:
     compute_efficiency: float = 0.75  # best fraction of peak FLOP/s a large kernel reaches
     memory_efficiency: float = 0.85  # best fraction of peak bandwidth
     half_time: float = 4e-6  # an op needing this long at peak runs at half efficiency
+    view_overhead: float = 0.0  # s per view op (metadata only, no kernel): dispatch cost, ~0 on a GPU
+    async_copies: bool = True  # swaps overlap compute (a GPU's copy engine); False: a copy blocks (a CPU)
     notes: str = ""
     extra: dict[str, float] = field(default_factory=dict)
 
@@ -56,12 +58,31 @@ DEVICES: dict[str, DeviceProfile] = {
         name="cpu", memory_bytes=24 * GB,
         matmul_flops={"float32": 100e9, "bfloat16": 50e9, "float16": 25e9, "float64": 50e9},
         vector_flops=25e9, mem_bandwidth=15e9, host_bandwidth=15e9, launch_overhead=5e-6,
-        compute_efficiency=0.6, memory_efficiency=0.6, half_time=20e-6,
+        compute_efficiency=0.6, memory_efficiency=0.6, half_time=20e-6, async_copies=False,
         notes="a generic 2-core x86 server CPU (rough; use --measured for real numbers)",
     ),
 }
 
 DEFAULT_PROFILE = "rtx3090"
+
+
+def profile_to_dict(p: DeviceProfile) -> dict:
+    """A profile as plain JSON data (``profile_from_dict`` reads it back)."""
+    return {f.name: getattr(p, f.name) for f in fields(DeviceProfile)}
+
+
+def profile_from_dict(d: dict) -> DeviceProfile:
+    """A profile from ``profile_to_dict``'s data (ValueError on missing or non-numeric fields)."""
+    try:
+        kw = {f.name: d[f.name] for f in fields(DeviceProfile) if f.name in d}
+        kw["matmul_flops"] = {str(k): float(v) for k, v in kw["matmul_flops"].items()}
+        for f in fields(DeviceProfile):
+            if f.type == "float" and f.name in kw:
+                kw[f.name] = float(kw[f.name])
+        kw["extra"] = {str(k): float(v) for k, v in kw.get("extra", {}).items()}
+        return DeviceProfile(**kw)
+    except (KeyError, TypeError, AttributeError, ValueError) as e:
+        raise ValueError(f"not a device profile: {type(e).__name__}: {e}") from None
 
 
 def get_device(name: str) -> DeviceProfile:

@@ -39,6 +39,13 @@ class CostModel:
     def transfer_time(self, nbytes: float) -> float:
         return self.device.launch_overhead + nbytes / self.device.host_bandwidth
 
+    def memory_bound(self, g: Graph, node: Node) -> bool:
+        """Whether op ``node`` is cheap to recompute: bound by memory traffic rather than arithmetic
+        (elementwise ops, normalisations, reductions, views).  Without a roofline: every op but a
+        matmul or convolution of the ops registry."""
+        d = ops.get(node.op)
+        return d is None or d.category not in MATMUL_CATEGORIES
+
 
 class AnalyticCost(CostModel):
     def __init__(self, device: str | DeviceProfile = "rtx3090") -> None:
@@ -52,14 +59,20 @@ class AnalyticCost(CostModel):
         d = ops.get(node.op)
         dev = self.device
         if d is not None and d.category in ("view",) and not any(t.nbytes for t in node.outputs):
-            return OpCost(0.0, 0.0, 0.0)  # metadata only: no kernel
+            return OpCost(0.0, 0.0, dev.view_overhead)  # metadata only: no kernel, only the dispatch
         dtype = node.outputs[0].dtype if node.outputs else "float32"
         peak = dev.matmul_peak(dtype) if d is not None and d.category in MATMUL_CATEGORIES else dev.vector_flops
-        pc = peak * dev.compute_efficiency
-        pm = dev.mem_bandwidth * dev.memory_efficiency
-        t_c = (f + pc * dev.half_time) / pc if f > 0 else 0.0
-        t_m = (b + pm * dev.half_time) / pm if b > 0 else 0.0
-        return OpCost(f, b, dev.launch_overhead + max(t_c, t_m))
+        return OpCost(f, b, roofline(dev, f, b, peak))
+
+    def memory_bound(self, g: Graph, node: Node) -> bool:
+        """The roofline's verdict: the op's memory time is at least its compute time (matmuls and
+        convolutions are compute-bound here whatever their size, as a user keeps them)."""
+        if not super().memory_bound(g, node):
+            return False
+        c = ops.ctx(node, g.tensor)
+        f, b = ops.flops(c), ops.bytes_moved(c)
+        dev = self.device
+        return f / (dev.vector_flops * dev.compute_efficiency) <= b / (dev.mem_bandwidth * dev.memory_efficiency)
 
     def node_time(self, g: Graph, node: Node) -> float:
         if node.kind == NodeKind.PLACEHOLDER:
@@ -71,13 +84,64 @@ class AnalyticCost(CostModel):
             cached = getattr(spec, "_time", None)
             if cached is None or cached[0] is not self:
                 sub = spec.graph
-                cached = spec._time = (self, spec.n * sum(self.node_time(sub, m) for m in sub.ops()))
+                cached = spec._time = (self, spec.n * sum(self.node_time(sub, m) for m in sub.ops())
+                                       + fission_glue(self.device, node))
             return cached[1]
         key = op_signature(g, node)
         t = self._cache.get(key)
         if t is None:
             t = self._cache[key] = self.op_cost(g, node).seconds
         return t
+
+
+def roofline(dev: DeviceProfile, flops: float, nbytes: float, peak: float | None = None) -> float:
+    """Seconds of one kernel doing ``flops`` at ``peak`` (default: the vector peak) and moving
+    ``nbytes`` (the module docstring's formula)."""
+    pc = (peak if peak is not None else dev.vector_flops) * dev.compute_efficiency
+    pm = dev.mem_bandwidth * dev.memory_efficiency
+    t_c = (flops + pc * dev.half_time) / pc if flops > 0 else 0.0
+    t_m = (nbytes + pm * dev.half_time) / pm if nbytes > 0 else 0.0
+    return dev.launch_overhead + max(t_c, t_m)
+
+
+def fission_glue(dev: DeviceProfile, node: Node) -> float:
+    """Seconds of a fission loop's own work besides its parts' ops, as the exported script does it
+    (``codegen.emit.ScriptWriter.emit_fission``): each full-size output allocated once (zero-filled
+    when the parts are summed), and per part a slice (a view) of each split input and, per output,
+    a copy of the part into its slice (a view and a copy) or an in-place add (a sum)."""
+    spec = node.fission
+    if spec is None:
+        return 0.0
+    sub = spec.graph
+    once = 0.0
+    per_part = dev.view_overhead * sum(d is not None for d in spec.in_dims)
+    parts = [sub.tensor(r) for r in sub.outputs.values()]
+    for (how, _d), full, part in zip(spec.out_combine, node.outputs, parts, strict=False):
+        if how == "sum":
+            once += roofline(dev, 0.0, full.logical_bytes)
+            per_part += roofline(dev, part.numel, 3 * part.logical_bytes)
+        else:
+            once += dev.launch_overhead
+            per_part += dev.view_overhead + roofline(dev, 0.0, 2 * part.logical_bytes)
+    return once + spec.n * per_part
+
+
+OP_CLASSES = ("compute", "memory", "view")  # what calibration fits separately (``core.cost.calibrate``)
+
+
+def op_class(g: Graph, node: Node) -> str:
+    """The roofline class of an op: ``view`` (metadata only: no kernel), ``compute`` (matmul and
+    convolution: the matmul peak) or ``memory`` (every other op: vector FLOP/s or bandwidth)."""
+    d = ops.get(node.op)
+    if d is not None and d.category == "view" and not any(t.nbytes for t in node.outputs):
+        return "view"
+    return "compute" if d is not None and d.category in MATMUL_CATEGORIES else "memory"
+
+
+def op_features(g: Graph, node: Node) -> tuple[str, float, float]:
+    """(class, FLOPs, bytes moved) of an op: what the roofline's time depends on."""
+    c = ops.ctx(node, g.tensor)
+    return op_class(g, node), float(ops.flops(c)), float(ops.bytes_moved(c))
 
 
 def op_signature(g: Graph, node: Node) -> tuple:

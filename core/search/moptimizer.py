@@ -464,7 +464,8 @@ def optimize(g: Graph, *, memory_limit: MemoryLimit | str | float | None = None,
              latency_limit: float | None = None, pareto: bool = False, time_budget: float = 60.0,
              device: str = "rtx3090", warm: float = WARM,
              progress: Callable[[Record], None] | None = None, cancel: threading.Event | None = None,
-             on_start: Callable[[MOptimizer], None] | None = None):
+             on_start: Callable[[MOptimizer], None] | None = None, cost: CostModel | None = None,
+             cost_name: str = "analytic"):
     """One run of the M-Optimizer as a plan file (``plan.PlanFile``): point 0 is the answer (the best
     state under the limit, or the frontier's points by peak for ``pareto``), then PyTorch's eager
     order as the baseline.  ``memory_limit``: a ``limits.MemoryLimit`` or what ``MemoryLimit.parse``
@@ -473,7 +474,8 @@ def optimize(g: Graph, *, memory_limit: MemoryLimit | str | float | None = None,
     given (``limit``) and, for a memory limit, the bytes it resolved to (``limit_bytes``).
     ``warm``: the share of the budget spent on the warm start (greedy fission, then Remat steps:
     ``MOptimizer.warm_start``).  ``on_start`` gets the optimizer before the search starts (a caller
-    that shows its archive while it grows)."""
+    that shows its archive while it grows).  ``cost``: the cost model (default: ``device``'s analytic
+    model), ``cost_name`` its kind (``core.cost.choice``), recorded in the meta as ``cost``."""
     from .plan import PlanFile
     from .wl_hash import graph_hash
 
@@ -481,7 +483,7 @@ def optimize(g: Graph, *, memory_limit: MemoryLimit | str | float | None = None,
         raise ValueError("give exactly one of a memory limit, a latency limit or pareto")
     memory = None if memory_limit is None else MemoryLimit.parse(memory_limit)
     t0 = time.perf_counter()
-    m = MOptimizer(g, AnalyticCost(device))
+    m = MOptimizer(g, cost if cost is not None else AnalyticCost(device))
     if on_start is not None:
         on_start(m)
     start = m.warm_start(warm * time_budget) if warm > 0 else m.root
@@ -511,7 +513,8 @@ def optimize(g: Graph, *, memory_limit: MemoryLimit | str | float | None = None,
             "limit": None if pareto else (str(memory) if memory is not None else latency_limit),
             "limit_bytes": None if memory is None else memory.bytes(m.root.peak),
             "time_budget": time_budget, "seconds": round(time.perf_counter() - t0, 3), "stopped": res.stopped,
-            "ftree_nodes": len(m.ftree.nodes), "states": len(m.seen)}
+            "ftree_nodes": len(m.ftree.nodes), "states": len(m.seen), "cost": cost_name,
+            "cost_profile": m.cost.device.name}
     return PlanFile(g.name, graph_hash(g), device, points, [r.to_dict() for r in res.records], meta)
 
 

@@ -38,7 +38,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from ..cost.devices import get_device
+from ..cost.choice import cost_device, make_cost
+from ..cost.devices import profile_from_dict, profile_to_dict
+from ..cost.model import AnalyticCost
 from ..ir import io
 from .limits import MemoryLimit
 from .moptimizer import optimize
@@ -120,15 +122,19 @@ class Job:
     device: str
     limit: Limit
     time_budget: float
+    cost: str = "analytic"  # the cost model (``core.cost.choice``)
+    profile: str = ""  # JSON of the calibrated profile (``cost == "calibrated"``), fitted once by the sweep
 
     @property
     def plan_name(self) -> str:
-        return f"{_safe(self.workload)}.{self.device}.{self.limit.label}.plan.json.gz"
+        cost = "" if self.cost == "analytic" else f".{self.cost}"
+        return f"{_safe(self.workload)}.{self.device}{cost}.{self.limit.label}.plan.json.gz"
 
 
 def _row(job: Job, **values: Any) -> dict[str, Any]:
     row: dict[str, Any] = {
-        "workload": job.workload, "device": job.device, "limit": job.limit.text, "limit_bytes": None,
+        "workload": job.workload, "device": job.device, "cost": job.cost, "limit": job.limit.text,
+        "limit_bytes": None,
         "graph": None, "peak_bytes": None, "latency_seconds": None, "eager_peak_bytes": None,
         "eager_latency_seconds": None, "peak_ratio": None, "latency_ratio": None, "reached": None,
         "points": 0, "states": 0, "stopped": None, "seconds": 0.0, "plan": None, "error": None}
@@ -144,8 +150,12 @@ def run_job(job: Job, graph: bytes, cancel: Any = None) -> tuple[dict[str, Any],
     try:
         g = io.loads(graph)
         pareto = job.limit.memory is None
+        if job.profile:  # the sweep's calibration: every job uses the same constants
+            cost = AnalyticCost(profile_from_dict(json.loads(job.profile)))
+        else:
+            cost = make_cost(job.cost, job.device)
         pf = optimize(g, memory_limit=job.limit.memory, pareto=pareto, time_budget=job.time_budget,
-                      device=job.device, cancel=cancel)
+                      device=job.device, cancel=cancel, cost=cost, cost_name=job.cost)
         data = plans_to_bytes(pf, compress=True)
     except Exception as e:  # noqa: BLE001 -- a failing job is a row with its error, never a dead sweep
         return _row(job, error=_one_line(e), seconds=round(time.perf_counter() - t0, 3)), None
@@ -367,26 +377,32 @@ def _unique_names(workloads: list[SweepWorkload]) -> list[SweepWorkload]:
 
 
 def plan_jobs(workloads: Sequence[SweepWorkload], limits: Sequence[Limit], devices: Sequence[str],
-              time_budget: float) -> list[Job]:
+              time_budget: float, cost: str = "analytic", profile: str = "") -> list[Job]:
     """The cross product, workload-major: each workload's devices, each device's limits."""
-    return [Job(w.name, d, lim, time_budget) for w in workloads for d in devices for lim in limits]
+    return [Job(w.name, d, lim, time_budget, cost, profile) for w in workloads for d in devices for lim in limits]
 
 
 def run_sweep(workloads: Sequence[SweepWorkload | str | os.PathLike], limits: Sequence[str | Limit],
               devices: Sequence[str], out: str | os.PathLike, *, time_budget: float = 60.0,
               runner: Runner | None = None,
               progress: Callable[[dict[str, Any], int, int], None] | None = None,
-              cancel: threading.Event | None = None) -> SweepResult:
+              cancel: threading.Event | None = None, cost: str = "analytic") -> SweepResult:
     """Run every job of workloads x ``limits`` x ``devices`` (strings as workloads are graph file
     paths) with ``time_budget`` seconds of search each, on ``runner`` (default: a
     :class:`LocalRunner`); plan files and ``sweep.json`` go to ``out``.  ``progress(row, done,
-    total)`` hears each finished job.  SweepError (one line) when the sweep cannot start."""
+    total)`` hears each finished job.  ``cost``: the cost model of every job (``core.cost.choice``;
+    a missing calibration is fitted here first, on the workloads' ops).  SweepError (one line) when
+    the sweep cannot start."""
     ws = _unique_names([w if isinstance(w, SweepWorkload) else SweepWorkload.from_file(w) for w in workloads])
     lims = list({lim.label: lim for lim in (x if isinstance(x, Limit) else parse_limit(x) for x in limits)}.values())
     try:
-        devs = list(dict.fromkeys(get_device(d.strip()).name for d in devices))
+        devs = list(dict.fromkeys(cost_device(cost, d.strip()) for d in devices))
     except ValueError as e:
         raise SweepError(str(e)) from None
+    profile = ""
+    if cost == "calibrated" and ws and devs:  # fitted (or loaded) once here; the jobs get its constants
+        model = make_cost(cost, devs[0], graphs=[io.loads(w.graph) for w in ws if w.graph is not None])
+        profile = json.dumps(profile_to_dict(model.device))
     if not ws or not lims or not devs:
         raise SweepError("a sweep needs at least one workload, one memory limit and one device")
     if not time_budget > 0:
@@ -394,9 +410,9 @@ def run_sweep(workloads: Sequence[SweepWorkload | str | os.PathLike], limits: Se
     runner = runner if runner is not None else LocalRunner()
     cancel = cancel if cancel is not None else threading.Event()
     out = Path(out)
-    jobs = plan_jobs(ws, lims, devs, time_budget)
+    jobs = plan_jobs(ws, lims, devs, time_budget, cost, profile)
     params = {"workloads": [{"name": w.name, "source": w.source} for w in ws], "memory_limits": [x.text for x in lims],
-              "devices": devs, "time_budget": time_budget, "runner": runner.describe(), "output": str(out)}
+              "devices": devs, "cost": cost, "time_budget": time_budget, "runner": runner.describe(), "output": str(out)}
     path = out / "sweep.json"
     rows: dict[int, dict[str, Any]] = {}
 

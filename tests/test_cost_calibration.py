@@ -1,0 +1,253 @@
+"""Measured cost (the op-time cache), calibration of the roofline's constants, and the choice of a
+cost model (``--cost``) on the command line."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import math
+import random
+from pathlib import Path
+
+import pytest
+
+from app.cli import main
+from core.cost import AnalyticCost, get_device
+from core.cost.calibrate import calibrate, effective, fit, load_calibrated, predict, profile_path, to_profile
+from core.cost.choice import COST_MODELS, check_cost, cost_device, make_cost
+from core.cost.devices import profile_from_dict, profile_to_dict
+from core.cost.measured import MeasuredCost
+from core.cost.model import op_features
+from core.ir.graph import NodeKind
+from core.simulate import simulate
+from core.transform.registry import get_rule
+from core.transform.rule import Application
+from tests.hand_graphs import mlp
+
+TRUE = {"c0": 8e-6, "compute": 40e9, "vector": 4e9, "bandwidth": 6e9, "view": 1.5e-6, "host_bandwidth": 5e9}
+
+
+def synthetic(consts: dict[str, float], n: int = 40, seed: int = 0) -> list[dict]:
+    """Ops spread over the overhead-, compute- and bandwidth-bound regimes, timed by ``consts``."""
+    rng = random.Random(seed)
+    recs = []
+    for cls in ("compute", "memory"):
+        for _ in range(n):
+            f, b = 10 ** rng.uniform(2, 9), 10 ** rng.uniform(2, 8.5)
+            recs.append({"cls": cls, "flops": f, "bytes": b, "t": predict(consts, cls, f, b)})
+    return recs
+
+
+def test_fit_recovers_known_constants_from_synthetic_timings():
+    base = get_device("cpu")
+    recs = synthetic(TRUE) + [{"cls": "view", "flops": 0.0, "bytes": 0.0, "t": t} for t in (1e-6, 4e-6)]
+    consts, report = fit(recs, base)
+    for k in ("c0", "compute", "vector", "bandwidth"):
+        assert consts[k] == pytest.approx(TRUE[k], rel=1e-3), k
+    assert consts["view"] == pytest.approx(2e-6, rel=1e-9)  # log-space least squares: the geometric mean
+    assert report["records"] == {"compute": 40, "memory": 40, "view": 2, "copy": 0}
+    assert report["rms_log_error_after"] < 0.5 < report["rms_log_error_before"]
+
+
+def test_hand_case_three_ops():
+    """c0 = 10 us, P = 1 TFLOP/s (matmul), W = 1 GB/s: a 1e6-FLOP matmul on 1e3 bytes takes 11 us, a
+    1e6-byte copy 1010 us, a 0-FLOP 0-byte op 10 us -- and the fit finds those constants again."""
+    true = {"c0": 1e-5, "compute": 1e12, "vector": 1e9, "bandwidth": 1e9, "view": 0.0, "host_bandwidth": 1e9}
+    assert predict(true, "compute", 1e6, 1e3) == pytest.approx(11e-6)
+    assert predict(true, "memory", 0.0, 1e6) == pytest.approx(1010e-6)
+    recs = [{"cls": "compute", "flops": f, "bytes": 1e3, "t": predict(true, "compute", f, 1e3)} for f in (1e6, 1e7, 1e8)]
+    recs += [{"cls": "memory", "flops": 0.0, "bytes": b, "t": predict(true, "memory", 0.0, b)} for b in (1e3, 1e5, 1e7)]
+    recs += [{"cls": "memory", "flops": f, "bytes": 1e2, "t": predict(true, "memory", f, 1e2)} for f in (1e5, 1e7)]
+    consts, _ = fit(recs, get_device("cpu"))
+    for k in ("c0", "compute", "vector", "bandwidth"):
+        assert consts[k] == pytest.approx(true[k], rel=1e-3), k
+
+
+def test_calibrated_profile_is_what_the_analytic_model_uses():
+    """The fitted constants, written into a profile, give the analytic model's node times."""
+    base = get_device("cpu")
+    prof = to_profile(base, dict(TRUE))
+    assert prof.name == "cpu-calibrated" and prof.half_time == 0.0
+    assert effective(prof)["compute"] == pytest.approx(TRUE["compute"])
+    assert effective(prof)["bandwidth"] == pytest.approx(TRUE["bandwidth"])
+    g, _ = mlp()
+    cost = AnalyticCost(prof)
+    for node in g.ops():
+        cls, f, b = op_features(g, node)
+        assert cost.node_time(g, node) == pytest.approx(predict(TRUE, cls, f, b), rel=1e-9)
+    assert profile_from_dict(json.loads(json.dumps(profile_to_dict(prof)))) == prof
+
+
+def test_a_constant_the_timings_cannot_see_stays_at_the_base_profile():
+    base = get_device("cpu")
+    recs = [{"cls": "memory", "flops": 0.0, "bytes": 1e3, "t": 1e-5}] * 3  # overhead-bound only
+    consts, _ = fit(recs, base)
+    assert consts["compute"] == pytest.approx(effective(base)["compute"], rel=0.05)
+    assert consts["c0"] == pytest.approx(1e-5, rel=0.05)
+
+
+def test_measured_cache_round_trips_and_is_not_measured_again(tmp_path, monkeypatch):
+    g, _ = mlp()
+    m = MeasuredCost(cache_dir=tmp_path, fallback="cpu", repeats=2)
+    times = {n.id: m.node_time(g, n) for n in g.ops()}
+    assert m.measured == 3 and m.fallbacks == 0  # two matmuls of other shapes and a relu
+    assert all(t > 0 for t in times.values())
+    m.save()
+    recs = {r["op"]: r for r in m.records()}
+    assert recs["aten.mm.default"]["cls"] == "compute" and recs["aten.relu.default"]["cls"] == "memory"
+
+    def boom(*_a, **_k):
+        raise AssertionError("measured again")
+
+    monkeypatch.setattr(MeasuredCost, "_measure", boom)
+    again = MeasuredCost(cache_dir=tmp_path, fallback="cpu")
+    assert {n.id: again.node_time(g, n) for n in g.ops()} == times
+    assert again.measured == 0 and again.timed == m.timed
+
+
+def test_ops_that_cannot_be_timed_fall_back_to_the_analytic_model_and_are_counted(tmp_path):
+    g, _ = mlp()
+    m = MeasuredCost(cache_dir=tmp_path, fallback="cpu", max_bytes=1)  # nothing is small enough
+    analytic = AnalyticCost("cpu")
+    for n in g.ops():
+        assert m.node_time(g, n) == analytic.node_time(g, n)
+    assert m.fallbacks == len(list(g.ops())) and m.measured == 0
+    assert set(m.failures) == {"aten.mm.default", "aten.relu.default"}
+    assert "MemoryError" in m.failures["aten.mm.default"]
+    m.save()
+    again = MeasuredCost(cache_dir=tmp_path, fallback="cpu")  # the failure is cached: not retried
+    again._measure = None  # calling it would raise TypeError
+    for n in g.ops():
+        again.node_time(g, n)
+    assert again.fallbacks == len(list(g.ops()))
+
+
+def test_swaps_and_fission_are_measured_too(tmp_path):
+    g, r = mlp()
+    a = r["a"].node
+    swapped = g.copy()
+    get_rule("swap").apply(swapped, Application("swap", (a, 0, r["r"].node)))
+    m = MeasuredCost(cache_dir=tmp_path, fallback="cpu", repeats=2)
+    copies = [n for n in swapped.ops() if n.kind in (NodeKind.STORE, NodeKind.LOAD)]
+    assert len(copies) == 2
+    assert all(m.node_time(swapped, n) > 0 for n in copies)
+    assert {x["cls"] for x in m.records()} >= {"copy"}
+    sim = simulate(swapped, _order(swapped), m)
+    assert sim.latency > 0
+
+
+def _order(g):
+    from core.schedule import get_scheduler
+
+    return get_scheduler("traced").run(g).order
+
+
+def test_calibrate_saves_a_profile_that_make_cost_loads(tmp_path):
+    g, _ = mlp()
+    prof, report = calibrate("cpu", [g], cache_dir=tmp_path, host=True)
+    assert profile_path("cpu", tmp_path).exists() and report["host_copy"]["pageable"] > 0
+    assert load_calibrated("cpu", tmp_path) == prof
+    cost = make_cost("calibrated", "cpu", cache_dir=tmp_path)
+    assert isinstance(cost, AnalyticCost) and cost.device == prof
+    assert prof.host_bandwidth == (report["host_copy"]["pinned"] or report["host_copy"]["pageable"])
+
+
+def test_cost_choice_names_and_devices():
+    assert set(COST_MODELS) == {"analytic", "calibrated", "measured"}
+    with pytest.raises(ValueError, match="unknown cost model 'roofline'; known: analytic, calibrated, measured"):
+        check_cost("roofline")
+    assert cost_device("analytic", "h100-sxm") == "h100-sxm"
+    assert cost_device("measured") == "cpu"  # this machine (no GPU)
+    with pytest.raises(ValueError, match="this machine, whose profile is 'cpu', not 'rtx3090'"):
+        cost_device("calibrated", "rtx3090")
+
+
+def _plan_meta(path):
+    return json.loads(gzip.decompress(path.read_bytes()) if path.suffix == ".gz" else path.read_text())
+
+
+@pytest.mark.parametrize("cost", ["analytic", "calibrated", "measured"])
+def test_cli_optimize_records_the_cost_model(tmp_path, monkeypatch, capsys, cost):
+    monkeypatch.setenv("MAGIS_CACHE", str(tmp_path / "cache"))
+    out = tmp_path / "p.json"
+    rc = main(["optimize", "fig2_skip", "--pareto", "--time-budget", "1", "--cost", cost, "-o", str(out)])
+    assert rc == 0
+    d = _plan_meta(out)
+    assert d["meta"]["cost"] == cost
+    assert d["device"] == ("rtx3090" if cost == "analytic" else "cpu")
+    assert d["meta"]["cost_profile"] == {"analytic": "rtx3090", "calibrated": "cpu-calibrated", "measured": "cpu"}[cost]
+    if cost == "calibrated":
+        assert profile_path("cpu", tmp_path / "cache").exists()
+        assert "calibrated cpu" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("args, words", [
+    (["--cost", "roofline"], "--cost: unknown cost model 'roofline'; known: analytic, calibrated, measured"),
+    (["--cost", "measured", "--device", "rtx3090"], "whose profile is 'cpu', not 'rtx3090'"),
+])
+def test_cli_bad_cost_is_one_line_exit_2(tmp_path, capsys, args, words):
+    out = tmp_path / "p.json"
+    assert main(["optimize", "fig2_skip", "--pareto", "--time-budget", "1", *args, "-o", str(out)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("magis: error:") and words in err[0]
+    assert not out.exists()
+
+
+def test_cli_sweep_bad_cost_is_one_line_exit_2(tmp_path, capsys):
+    assert main(["sweep", "fig6_ftree", "--pareto", "--cost", "nope", "-o", str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--cost: unknown cost model 'nope'" in err[0]
+
+
+def test_cli_sweep_calibrated_records_the_cost_in_rows_and_plans(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("MAGIS_CACHE", str(tmp_path / "cache"))
+    out = tmp_path / "out"
+    assert main(["sweep", "fig6_ftree", "--pareto", "--cost", "calibrated", "--time-budget", "1",
+                 "--processes", "1", "-o", str(out), "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["parameters"]["cost"] == "calibrated" and doc["parameters"]["devices"] == ["cpu"]
+    (row,) = doc["rows"]
+    assert row["cost"] == "calibrated" and row["device"] == "cpu" and ".cpu.calibrated." in row["plan"]
+    meta = _plan_meta(Path(row["plan"]))["meta"]
+    assert meta["cost"] == "calibrated" and meta["cost_profile"] == "cpu-calibrated"
+    assert not math.isnan(row["latency_seconds"])
+
+
+def test_app_optimize_job_uses_and_records_the_chosen_cost_model(tmp_path, monkeypatch):
+    import time
+
+    from app.state import AppState
+
+    monkeypatch.setenv("MAGIS_CACHE", str(tmp_path / "cache"))
+    st = AppState()
+    try:
+        gid = "sample:fig6_ftree"
+        job = st.plans.start_optimize(gid, 2.0, "cpu", "calibrated")
+        t0 = time.time()
+        while not job.done and time.time() - t0 < 60:
+            time.sleep(0.2)
+        assert job.done and job.error is None, job.error
+        f = st.plans.frontier(gid)
+        assert "calibrated cost" in f.source
+        assert f.plans.meta["cost"] == "calibrated" and f.plans.device == "cpu"
+        assert profile_path("cpu", tmp_path / "cache").exists()
+    finally:
+        st.shutdown()
+
+
+def test_app_optimize_controls_offer_every_cost_model():
+    from app.optimizer_view import pareto_tab
+
+    def find(c, id_):
+        if getattr(c, "id", None) == id_:
+            return c
+        kids = getattr(c, "children", None)
+        for k in kids if isinstance(kids, list) else [kids] if kids is not None else []:
+            hit = find(k, id_)
+            if hit is not None:
+                return hit
+        return None
+
+    dd = find(pareto_tab(), "opt-cost")
+    assert dd is not None and dd.value == "analytic"
+    assert [o["value"] for o in dd.options] == ["analytic", "calibrated", "measured"]
