@@ -5,8 +5,8 @@ device profile, each method within a fixed time budget per workload.
 Methods: ``magis`` (``core.search.moptimizer.optimize(pareto=True)``, the greedy fission warm start
 included in its ``--time-budget``) and the peers of ``core.search.peers`` (``eager``, ``sqrt_n``,
 ``dtr``, ``checkmate``, ``torch_mincut``), each within ``--peer-budget`` seconds (checked by the
-peer between its budget points; Checkmate gets ``--checkmate-time-limit`` per MILP, by default an
-equal share of the peer budget per budget point).  All run on the same graph and
+peer between its budget points; Checkmate gets ``--checkmate-time-limit`` per budget point, MILP
+and LP rounding together, by default an equal share of what is left of the peer budget).  All run on the same graph and
 ``AnalyticCost(device)``; every ratio is against the ``eager`` peer's plan of the same run.
 
 Per (workload, method): from all the method's points, the smallest peak (fraction of eager's) at
@@ -132,7 +132,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--time-budget", type=float, default=60.0, help="MAGIS search seconds per workload")
     ap.add_argument("--peer-budget", type=float, default=60.0, help="seconds per peer and workload")
     ap.add_argument("--checkmate-time-limit", type=float, default=None,
-                    help="seconds per Checkmate MILP (default: the peer budget / its number of budget points)")
+                    help="seconds per Checkmate budget point, MILP and LP rounding together (default: an "
+                         "equal share of what is left of the peer budget)")
     ap.add_argument("--checkmate-max-vars", type=int, default=_checkmate.MAX_VARS,
                     help="larger Checkmate MILPs (R and S variables) are not attempted")
     ap.add_argument("--plots", type=Path, default=ROOT / "bench" / "results" / "pareto")

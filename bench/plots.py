@@ -29,7 +29,7 @@ from core.search.pareto import non_dominated
 # names, colours and markers are the methods' own (``core.search.methods``): the same as the app's
 MPL_MARKERS = {"circle": "o", "square": "s", "diamond": "D", "triangle-up": "^", "triangle-down": "v",
                "star": "*", "x": "x", "hexagon": "h", "pentagon": "p", "cross": "P",
-               "triangle-left": "<", "diamond-wide": "d"}
+               "triangle-left": "<", "diamond-wide": "d", "triangle-right": ">", "square-x": "X"}
 
 
 def _style(m: str) -> tuple[str, str, str, str]:

@@ -11,12 +11,12 @@ import torch
 from torch import nn
 from torch._subclasses.fake_tensor import FakeTensorMode
 
-from core.cost.model import AnalyticCost
+from core.cost.model import AnalyticCost, fission_glue
 from core.frontend.torch_import import capture
 from core.ir.graph import Graph, Node, NodeKind
 from core.search.methods import METHODS, PEER_FAMILIES, methods_of, run_method
 from core.search.peers.offload import saved_activations
-from core.search.plan import Plan, check_order
+from core.search.plan import Plan, check_order, replay
 from core.simulate import simulate
 from sample_graphs.store import load_sample_graph
 
@@ -69,8 +69,10 @@ def test_micro_batching_an_mlp_by_hand():
         assert p.peak == resident + 4 + 4 + 2 * w + part, p.label
         # every part runs the step's kernels but the seed (9) and the seed's scaling to the part
         # (``mse_loss_backward_grad_per_part``: the backward of a mean over the full batch); the
-        # seed and the loss's division by the full count run once
-        assert p.latency == 10 * k + 2, p.label
+        # seed and the loss's division by the full count run once; and the loop's own slicing and
+        # summing of the parts (``fission_glue``, on the profile's roofline)
+        (loop,) = [n for n in replay(g, p.applications).nodes.values() if n.kind == NodeKind.FISSION]
+        assert p.latency == pytest.approx(10 * k + 2 + fission_glue(cost.device, loop), abs=1e-12), p.label
     k2 = run.plans[0]
     assert k2.peak - (resident + 8 + 3 * w + loss // 2) == 3 * act // 2  # k=2 halves the activations
     # the same part peak from PyTorch's own step at batch B/k (an independent capture)
@@ -110,6 +112,51 @@ def _check(g: Graph, p: Plan, cost) -> Graph:
     return h
 
 
+def test_micro_batching_with_checkpointing_an_mlp_by_hand():
+    """Cheap-ops checkpointing of the MLP drops relu (memory-bound; the mms are matmuls) and each
+    part recomputes it once, from mm, before mm_2 (w2's gradient) and threshold_backward read it: one
+    kernel more per part than micro-batching, and the same peak -- mm (B/k x H) stays for the
+    recomputation where relu (the same bytes) stayed for the backward.  sqrt(n) checkpoints drop
+    only tensors no backward op reads here (mm, a transpose): nothing is recomputed, so that mode is
+    a failure that says so rather than a copy of micro-batching's points."""
+    g = mlp_step()
+    cost = KernelCost("rtx3090")
+    mb = {p.stats["parts"]: p for p in METHODS["microbatch"].plans(g, cost)}
+    run = METHODS["microbatch_ckpt"].run(g, cost, checkpointing=("cheap", "sqrt n"))
+    assert [f.label for f in run.failures] == ["sqrt n"] and "nothing is recomputed" in run.failures[0].reason
+    assert [p.label for p in run.plans] == [f"k={k}, cheap ops" for k in (2, 4, 8, 16, 32, 64)]
+    for p in run.plans:
+        k = p.stats["parts"]
+        _check(g, p, cost)
+        # micro-batching's kernels and loop, and one recomputed kernel per part
+        assert p.latency == pytest.approx(mb[k].latency + k, abs=1e-12) and p.peak == mb[k].peak, p.label
+        assert [a.rule for a in p.applications][-1] == "fission"
+        fission = p.applications[-1].params
+        assert list(fission[4:]) != sorted(fission[4:])  # the part runs the checkpointed order
+        h = p.graph(g)
+        (f,) = [n for n in h.ops() if n.fission is not None]
+        body = [n.name for n in f.fission.graph.ops()]
+        relus = [i for i, x in enumerate(body) if x.startswith("relu")]
+        # the second relu runs in the part's backward, right before mm_2 (a detach view between)
+        assert len(relus) == 2 and body.index("mse_loss_backward") < relus[1]
+        assert body[relus[1] + 1:body.index("mm_2")] == ["detach"]
+
+
+def test_offloading_with_checkpointing_moves_what_checkpointing_keeps():
+    g = load_sample_graph("unet_tiny")
+    cost = AnalyticCost("rtx3090")
+    run = run_method("offload_ckpt", g, cost)
+    assert run.plans and not run.failures
+    for p in run.plans:
+        h = _check(g, p, cost)
+        assert p.stats["recomputed"] > 0 and p.stats["offloaded"] > 0 and p.metrics["host_bytes"] > 0
+        assert {a.rule for a in p.applications} == {"remat", "swap_late"}
+        # no recomputed copy is offloaded: what is offloaded is what the forward kept
+        stored = [h.nodes[n.inputs()[0].node] for n in h.nodes.values() if n.kind == NodeKind.STORE]
+        assert stored and all(x.recompute_of is None for x in stored)
+    assert {p.stats["checkpointing"] for p in run.plans} == {"cheap ops", "cheap ops 25%", "sqrt n"}
+
+
 def test_batch_norm_is_a_reason_not_an_exception():
     g = load_sample_graph("resnet50_tiny")
     run = run_method("microbatch", g, AnalyticCost("rtx3090"))
@@ -124,7 +171,7 @@ def test_every_baseline_point_replays(name):
     g = load_sample_graph(name)
     cost = AnalyticCost("rtx3090")
     eager = METHODS["eager"].plans(g, cost)[0]
-    for m in ("microbatch", "offload"):
+    for m in ("microbatch", "offload", "microbatch_ckpt", "offload_ckpt"):
         run = run_method(m, g, cost)
         assert run.plans and not run.failures, (m, run.failures)
         for p in run.plans:
@@ -136,12 +183,15 @@ def test_every_baseline_point_replays(name):
 
 
 def test_the_baselines_are_registered_and_in_the_bench_defaults():
-    assert {"microbatch", "offload"} <= set(methods_of("baseline")) <= set(methods_of(*PEER_FAMILIES))
-    for m in ("microbatch", "offload"):
+    both = {"microbatch", "offload", "microbatch_ckpt", "offload_ckpt"}
+    assert both <= set(methods_of("baseline")) <= set(methods_of(*PEER_FAMILIES))
+    for m in both:
         assert METHODS[m].label and METHODS[m].paper and METHODS[m].family == "baseline"
     import bench.pareto as pareto
+    from bench.plots import MPL_MARKERS
 
-    assert {"microbatch", "offload"} <= set(pareto.DEFAULT_METHODS)
+    assert both <= set(pareto.DEFAULT_METHODS)
+    assert all(METHODS[m].symbol in MPL_MARKERS for m in both)
 
 
 @pytest.mark.slow
@@ -150,12 +200,13 @@ def test_every_baseline_plan_verifies_on_the_tiny_workloads(name):
     """Each point's exported script, run on real inputs, gives eager PyTorch's loss and gradients
     (``codegen.verify``) with the simulated peak measured.  Micro-batching sums the parts' gradients
     in another order, so it is checked in float64 (``workload_cases.Case``); offloading keeps every
-    operation and is checked in float32."""
+    operation and is checked in float32.  The same for each combined with checkpointing."""
     from core.codegen.verify import problems, verify_graph
     from tests.workload_cases import Case
 
     cost = AnalyticCost("rtx3090")
-    for method, dtype in (("microbatch", torch.float64), ("offload", None)):
+    for method, dtype in (("microbatch", torch.float64), ("offload", None), ("microbatch_ckpt", torch.float64),
+                          ("offload_ckpt", None)):
         case = Case(name, dtype)
         run = run_method(method, case.g, cost)
         assert run.plans and not run.failures, (method, run.failures)

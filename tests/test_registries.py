@@ -83,9 +83,29 @@ def test_the_registries_are_the_tables():
 
 
 def test_a_method_that_needs_the_model_says_so_on_a_graph_alone():
-    g = load_sample_graph("fig2_skip")
-    run = run_method("torch_mincut", g)
-    assert run.plans == [] and "traces the model again" in run.failures[0].reason
+    from toy_method import ToyOrder
+
+    given = []
+
+    class NeedsModel(ToyOrder):
+        name = "toy_needs_model"
+        label = "Toy needing the model"
+        colour = "#654321"
+        needs = ("model",)
+
+        def _run(self, g, cost, *, time_budget, progress, model=None, **options):
+            given.append(model)
+            return [], []
+
+    register_method(NeedsModel())
+    try:
+        g = load_sample_graph("fig2_skip")
+        run = run_method("toy_needs_model", g)
+        assert run.plans == [] and "traces the model again" in run.failures[0].reason
+        model = object()
+        assert run_method("toy_needs_model", g, model=model).failures == [] and given == [model]
+    finally:
+        unregister_method("toy_needs_model")
     run = run_method("checkmate", g, max_vars=0)
     assert run.plans == [] and run.failures[0].reason.startswith("not attempted")
 

@@ -19,7 +19,7 @@ from ..cost.model import AnalyticCost, CostModel
 from ..ir.graph import Graph
 from ..schedule.registry import get_scheduler
 from ..simulate import simulate
-from .peers import DTR, Checkmate, Eager, Microbatch, Offload, SqrtN, TorchMinCut
+from .peers import DTR, Checkmate, Eager, Microbatch, MicrobatchCkpt, Offload, OffloadCkpt, SqrtN, TorchMinCut
 from .peers.base import Method, MethodRun, Progress
 from .peers.common import Failure
 from .plan import Plan
@@ -95,7 +95,7 @@ class Scheduled(Method):
                      {"scheduler_seconds": round(s.seconds, 3)})], []
 
 
-for _m in (Magis(), Eager(), Microbatch(), Offload(), SqrtN(), DTR(), Checkmate(), TorchMinCut(),
+for _m in (Magis(), Eager(), Microbatch(), Offload(), MicrobatchCkpt(), OffloadCkpt(), SqrtN(), DTR(), Checkmate(), TorchMinCut(),
            Scheduled("rpo", "reverse post-order", "#64748b", "triangle-down", "Depth-first reverse post-order"),
            Scheduled("serenity", "Serenity DP", "#0891b2", "hexagon", "Ahn et al. 2020, Serenity (MLSys)",
                      max_nodes=800),

@@ -6,6 +6,8 @@ exports and verifies like any plan:
 * ``eager`` -- PyTorch's traced order, no transformation (the baseline of every ratio);
 * ``microbatch`` -- gradient accumulation over k parts of the batch (fission of the whole step);
 * ``offload`` -- ``torch.autograd.graph.save_on_cpu``: saved activations in host memory (swaps);
+* ``microbatch_ckpt``, ``offload_ckpt`` -- each of those two combined with checkpointing (cheap ops
+  or sqrt(n) segments recomputed), as a user tunes them by hand;
 * ``sqrt_n`` -- Chen et al. 2016, segment checkpointing;
 * ``dtr`` -- Kirisame et al. ICLR'21, Dynamic Tensor Rematerialization under a budget sweep;
 * ``checkmate`` -- Jain et al. MLSys'20, the optimal rematerialisation MILP (scipy's HiGHS);
@@ -23,9 +25,12 @@ from .common import Failure
 from .dtr import DTR
 from .eager import Eager
 from .microbatch import Microbatch
+from .microbatch_ckpt import MicrobatchCkpt
 from .offload import Offload
+from .offload_ckpt import OffloadCkpt
 from .sqrt_n import SqrtN
 from .torch_mincut import TorchMinCut
 
-__all__ = ["DTR", "Checkmate", "Eager", "Failure", "Method", "MethodRun", "Microbatch", "Offload", "Peer", "PeerRun",
+__all__ = ["DTR", "Checkmate", "Eager", "Failure", "Method", "MethodRun", "Microbatch", "MicrobatchCkpt", "Offload",
+           "OffloadCkpt", "Peer", "PeerRun",
            "SqrtN", "TorchMinCut", "eager_peak"]

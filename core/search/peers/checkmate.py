@@ -20,15 +20,28 @@ those that read it through views), graph inputs and weights resident, graph outp
 
 Only forward activations are recompute candidates, and a variable exists only where it can
 matter (``R[t,i]``, ``S[t,i]`` for stages up to the last one at which i can be needed), which is
-exact (no optimum is cut off) but still O(n^2): HiGHS solves small graphs; a graph it does not
-solve within ``time_limit`` yields a failure "not solved in time", and a feasible solution found by
-then is returned with its gap (``stats["optimal"] = False``).
+exact (no optimum is cut off) but still O(n^2).  The model is formulated once; budgets enter only
+as the memory variables' upper bound.  Budgets run from 0.95 of eager's peak down to 0.3 in steps
+of 0.05; the first one proven infeasible (by HiGHS, by the LP relaxation, or by memory that no
+recomputation lowers) ends the sweep, every smaller one reported infeasible unsolved.
+
+Per budget: the MILP (HiGHS) within its share of the time; a feasible solution found by then is a
+point with its gap (``stats["optimal"] = False``).  Where the MILP finds none (or is too large to
+try, ``milp_max_vars``), the paper's approximation (section 5): the LP relaxation, then two-phase
+rounding -- S rounded deterministically (S* >= 0.5, the paper's; also 0.75 and 0.9, which keep
+fewer checkpoints) and randomly (S ~ Bernoulli(S*)), R the fewest
+recomputations that make S a schedule (:func:`r_given_s`) -- keeping the fastest rounding whose
+peak *our simulator* finds within the budget; where none is, the LP is solved again at smaller
+budgets (``TIGHTEN``).  Its points say ``solver = "lp-rounded"`` with the LP's optimum as
+``lp_bound`` (a lower bound on the optimal recomputation seconds) and the rounded solution's
+``recompute_seconds`` and ``gap`` against it.  A budget where neither finishes is a failure "not
+run: ..." with the reason, never a point.
 """
 
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -36,7 +49,13 @@ from ...ir.graph import Graph, TRef
 from .base import Peer, eager_peak
 from .common import Failure, Inst, RematDecision, candidates, make_plan, realise, traced_order
 
-BUDGETS = (0.95, 0.9, 0.8, 0.7)
+BUDGETS = tuple(round(0.95 - 0.05 * k, 2) for k in range(14))  # 0.95, 0.9, ..., 0.3 of eager's peak
+TIGHTEN = (0.9, 0.8)  # the LP solved again at these fractions of a budget no rounding met
+THRESHOLDS = (0.5, 0.75, 0.9)  # deterministic roundings: S = 1 where S* >= each (0.5: the paper's)
+# "auto" goes straight to the LP relaxation above this many variables: HiGHS's branch and bound
+# found no incumbent in its share of 30-60 s on any of the paper's workloads above ~3.7e5 (resnet50),
+# and did not prove small ones (unet) optimal in 7.5 s
+MILP_MAX_VARS = 100_000
 # the MILP is O(n^2) in variables, built in Python: bert_base's 1.5 M R/S variables (3.2 M in all)
 # took about a minute and 8.4 GB to formulate.  Larger problems are not attempted.
 MAX_VARS = 2_000_000
@@ -181,11 +200,15 @@ class Model:
         elif abs(e.k - v) > 1e-6:
             raise Infeasible(f"constant constraint {e.k} == {v}")
 
-    def matrix(self):
+    def matrix(self, deadline: float | None = None):
+        """The rows as a sparse matrix and their bounds; OutOfTime once ``time.perf_counter()`` passes
+        ``deadline``."""
         from scipy.sparse import coo_matrix
 
         rows, cols, vals, lb, ub = [], [], [], [], []
         for k, (e, lo, hi) in enumerate(self.rows):
+            if deadline is not None and not k % 20000 and time.perf_counter() > deadline:
+                raise OutOfTime(f"matrix stopped at row {k} of {len(self.rows)}")
             for v, x in e.c.items():
                 if x:
                     rows.append(k)
@@ -203,14 +226,27 @@ class Infeasible(Exception):
 
 @dataclass
 class Formulation:
+    """The MILP of one problem for every budget: the budget enters only as the upper bound of the
+    memory variables ``u_vars`` (and ``const_peak``, the largest memory that no variable can lower:
+    a budget under it is infeasible without solving anything)."""
+
     model: Model
     R: dict[tuple[int, int], Lin]  # (stage, op) -> variable, for the candidates that may be recomputed
+    S: dict[tuple[int, Val], Lin]  # (stage, output) -> variable
     objective: Lin
     stages: list[list[int]]  # per stage, the ops it may compute, in order (the stage's op last)
+    u_vars: list[int] = field(default_factory=list)
+    const_peak: float = 0.0
+
+    def upper(self, budget: float) -> np.ndarray:
+        up = np.array(self.model.upper)
+        up[self.u_vars] = float(budget)
+        return up
 
 
-def formulate(p: Problem, budget: int) -> Formulation:
-    """The MILP of the module docstring for budget bytes."""
+def formulate(p: Problem, deadline: float | None = None) -> Formulation:
+    """The MILP of the module docstring, its budget left open (``Formulation.upper``); OutOfTime
+    once ``time.perf_counter()`` passes ``deadline``."""
     n = len(p.ids)
     m = Model()
     R: dict[tuple[int, int], Lin] = {}
@@ -253,7 +289,11 @@ def formulate(p: Problem, budget: int) -> Formulation:
         for x in p.owners[j]:
             members.setdefault(x, set()).add(j)
     kept_before = 0
+    u_vars: list[int] = []
+    const_peak = 0.0
     for t in range(n):
+        if deadline is not None and time.perf_counter() > deadline:
+            raise OutOfTime(f"formulation stopped at stage {t} of {n}")
         seq = stages[t]
         pos = {j: k for k, j in enumerate(seq)}
         u = Lin(k=float(p.resident + kept_before))
@@ -267,11 +307,12 @@ def formulate(p: Problem, budget: int) -> Formulation:
                 u.add(freed, -1.0)
             u.add(r(t, j), float(p.mem(j) + p.kept[j]))  # a copy's graph outputs die right after it
             if u.c:
-                uv = m.var(integer=False, upper=float(budget))
+                uv = m.var(integer=False, upper=np.inf)
+                u_vars.append(len(m.integer) - 1)
                 m.eq(Lin(dict(u.c), u.k).add(uv, -1), 0.0)
                 u = Lin().add(uv)
             else:
-                m.le(u, budget)
+                const_peak = max(const_peak, u.k)
             if j != t and p.kept[j]:
                 u.add(r(t, j), -float(p.kept[j]))
             freed = Lin()
@@ -298,41 +339,55 @@ def formulate(p: Problem, budget: int) -> Formulation:
     obj = Lin()
     for (_t, i), x in R.items():
         obj.add(x, p.cost[i])
-    return Formulation(m, R, obj, stages)
+    return Formulation(m, R, S, obj, stages, u_vars, const_peak)
 
 
 @dataclass
 class Solution:
     status: str  # "optimal", "feasible" (time limit, not proven), "infeasible", "not solved in time", ...
     decision: RematDecision | None
-    objective: float = 0.0
+    objective: float = 0.0  # the decision's recomputation seconds (Checkmate's objective)
     gap: float | None = None
     seconds: float = 0.0
     variables: int = 0
     constraints: int = 0
+    bound: float | None = None  # a proven lower bound on the optimum's objective (HiGHS's dual bound)
 
 
-def solve(p: Problem, budget: int, time_limit: float = 60.0) -> Solution:
-    """Formulate and solve; never raises for a budget it cannot meet or a time limit."""
+class OutOfTime(Exception):
+    pass
+
+
+def _highs(f: Formulation, mat, budget: float, time_limit: float, integer: bool):
+    """HiGHS (``scipy.optimize.milp``) on formulation ``f`` at ``budget`` bytes: the MILP, or its LP
+    relaxation (every variable continuous in [0, 1])."""
     from scipy.optimize import Bounds, LinearConstraint, milp
 
-    t0 = time.perf_counter()
-    try:
-        f = formulate(p, budget)
-    except Infeasible as e:
-        return Solution(f"infeasible ({e})", None, seconds=time.perf_counter() - t0)
     m = f.model
     nv = len(m.integer)
     c = np.zeros(nv)
     for v, x in f.objective.c.items():
         c[v] = x
-    a, lb, ub = m.matrix()
-    left = max(1.0, time_limit - (time.perf_counter() - t0))
-    res = milp(c, integrality=np.array(m.integer), bounds=Bounds(np.zeros(nv), np.array(m.upper)),
-               constraints=[LinearConstraint(a, lb, ub)] if len(lb) else None,
-               options={"time_limit": left, "disp": False, "mip_rel_gap": 1e-6})
-    dt = time.perf_counter() - t0
-    base = dict(seconds=dt, variables=nv, constraints=len(lb))
+    a, lb, ub = mat
+    opts = {"time_limit": max(0.1, time_limit), "disp": False}
+    if integer:
+        opts["mip_rel_gap"] = 1e-6
+    return milp(c, integrality=np.array(m.integer) if integer else np.zeros(nv),
+                bounds=Bounds(np.zeros(nv), f.upper(budget)),
+                constraints=[LinearConstraint(a, lb, ub)] if len(lb) else None, options=opts)
+
+
+def solve(p: Problem, budget: int, time_limit: float = 60.0, f: Formulation | None = None, mat=None) -> Solution:
+    """The MILP at ``budget`` bytes (formulated here unless ``f``, its matrix ``mat``, is given);
+    never raises for a budget it cannot meet or a time limit."""
+    t0 = time.perf_counter()
+    f = f or formulate(p)
+    mat = mat if mat is not None else f.model.matrix()
+    base = dict(variables=len(f.model.integer), constraints=len(mat[1]))
+    if f.const_peak > budget:
+        return Solution(f"infeasible (at least {int(f.const_peak)} B live whatever is recomputed)", None, **base)
+    res = _highs(f, mat, budget, time_limit - (time.perf_counter() - t0), integer=True)
+    base["seconds"] = time.perf_counter() - t0
     if res.status == 2:
         return Solution("infeasible", None, **base)
     if res.x is None:
@@ -341,7 +396,95 @@ def solve(p: Problem, budget: int, time_limit: float = 60.0) -> Solution:
     x = np.round(res.x).astype(int)
     chosen = {(t, i) for (t, i), lin in f.R.items() if x[next(iter(lin.c))] == 1}
     status = "optimal" if res.status == 0 else "feasible"
-    return Solution(status, decision(p, chosen), float(res.fun), res.get("mip_gap"), **base)
+    bound = res.get("mip_dual_bound")
+    return Solution(status, decision(p, chosen), float(res.fun), res.get("mip_gap"),
+                    bound=None if bound is None or not np.isfinite(bound) else float(bound), **base)
+
+
+# ---- the LP relaxation and its two-phase rounding (Checkmate section 5) --------------------------
+@dataclass
+class Relaxation:
+    status: str  # "optimal", "infeasible", "not solved in time", ...
+    objective: float = 0.0  # a lower bound on the MILP's optimum at the same budget
+    s_values: np.ndarray | None = None  # per key of ``Formulation.S``, in its order
+    seconds: float = 0.0
+
+
+def relax(f: Formulation, mat, budget: float, time_limit: float) -> Relaxation:
+    """The LP relaxation of the MILP at ``budget`` bytes (HiGHS); the fractional S it finds."""
+    t0 = time.perf_counter()
+    if f.const_peak > budget:
+        return Relaxation(f"infeasible (at least {int(f.const_peak)} B live whatever is recomputed)")
+    res = _highs(f, mat, budget, time_limit, integer=False)
+    dt = time.perf_counter() - t0
+    if res.status == 2:
+        return Relaxation("infeasible", seconds=dt)
+    if res.x is None or res.status != 0:
+        why = "not solved in time" if res.status == 1 else f"not solved ({res.message})"
+        return Relaxation(why, seconds=dt)
+    idx = np.fromiter((next(iter(lin.c)) for lin in f.S.values()), dtype=np.int64, count=len(f.S))
+    return Relaxation("optimal", float(res.fun), res.x[idx], dt)
+
+
+def round_s(f: Formulation, s_values: np.ndarray, rng: np.random.Generator | None = None,
+            threshold: float = 0.5) -> set[tuple[int, Val]]:
+    """Phase one: the checkpoints S rounded -- deterministically (S* >= ``threshold``) or, given
+    ``rng``, randomly (kept with probability S*)."""
+    keep = rng.random(len(s_values)) < s_values if rng is not None else s_values >= threshold
+    keys = list(f.S)
+    return {keys[k] for k in np.flatnonzero(keep)}
+
+
+def r_given_s(p: Problem, f: Formulation, s: set[tuple[int, Val]]) -> set[tuple[int, int]] | None:
+    """Phase two: the fewest recomputations R that make checkpoints S a schedule (every constraint
+    but memory).  Stage by stage from the last, carrying what later stages read: an output read in
+    stage t is held there if S holds it, else computed in stage t (its own inputs then read in
+    stage t too); an output some later stage reads and stage t does not compute is held into t+1,
+    so stage t holds or computes it.  Where an output cannot be recomputed (not a candidate, or past
+    its last need) it is held whatever S says.  Checkpoints nothing reads are dropped, so R's cost
+    is what the schedule recomputes.  None when S cannot be repaired (an output needed where no
+    variable holds it: not for a formulation of this problem)."""
+    n = len(p.ids)
+    at: list[set[Val]] = [set() for _ in range(n + 1)]
+    for t, x in s:
+        at[t].add(x)
+    chosen: set[tuple[int, int]] = set()
+    carry: set[Val] = set()  # outputs held into stage t+1 that a later stage reads
+    for t in reversed(range(n)):
+        held: set[Val] = set()
+        computed = {t}
+        todo = [t]
+        for x in sorted(carry):
+            if x[0] != t and not _want(f, at[t], t, x, held, computed, todo):
+                return None
+        while todo:
+            j = todo.pop()
+            if j != t:
+                chosen.add((t, j))
+            for x in sorted(p.reads[j]):
+                if not _want(f, at[t], t, x, held, computed, todo):
+                    return None
+        carry = held
+    return chosen
+
+
+def _want(f: Formulation, s_t: set[Val], t: int, x: Val, held: set[Val], computed: set[int], todo: list[int]) -> bool:
+    """Output x is needed in stage t: held (S says so, or it cannot be recomputed there) or computed
+    in stage t (queued in ``todo``).  False when neither is possible."""
+    if x[0] in computed or x in held:
+        return True
+    if x in s_t or (t, x[0]) not in f.R:
+        if (t, x) not in f.S:
+            return False
+        held.add(x)
+        return True
+    computed.add(x[0])
+    todo.append(x[0])
+    return True
+
+
+def recompute_seconds(p: Problem, chosen: set[tuple[int, int]]) -> float:
+    return float(sum(p.cost[i] for _t, i in chosen))
 
 
 def decision(p: Problem, chosen: set[tuple[int, int]]) -> RematDecision:
@@ -386,37 +529,140 @@ class Checkmate(Peer):
                     f"{n * BYTES_PER_VAR / 1e9:.0f} GB to formulate)")
         return None
 
-    def _run(self, g, cost, *, time_budget, progress, budgets=BUDGETS, time_limit=None, max_vars=None,
-             max_nodes=None, **_):
-        """``time_limit``: seconds per MILP (default: an equal share of ``time_budget`` per budget)."""
+    def _run(self, g, cost, *, time_budget, progress, budgets=BUDGETS, time_limit=None, solver="auto",
+             milp_share=0.5, milp_max_vars=MILP_MAX_VARS, samples=4, thresholds=THRESHOLDS, tighten=TIGHTEN,
+             seed=0, max_vars=None, max_nodes=None, **_):
+        """Budgets (fractions of eager's peak) from the largest down; the first proven infeasible
+        (by the MILP, its LP relaxation, or memory no variable lowers) ends the sweep: every smaller
+        one is infeasible too.  ``time_limit``: seconds per budget (default: an equal share of what
+        is left of ``time_budget`` over the budgets left).  ``solver``: "auto" (the MILP within
+        ``milp_share`` of that, then the LP relaxation with two-phase rounding; the LP alone when the
+        MILP has more than ``milp_max_vars`` variables), "milp" or "lp".
+        The rounding keeps the fastest of the deterministic ones (S* >= each of ``thresholds``) and
+        ``samples`` randomised ones whose simulated peak meets the budget; when none does, the LP is solved again at a smaller budget
+        (each factor of ``tighten``) and rounded again."""
+        if solver not in ("auto", "milp", "lp"):
+            raise ValueError(f"checkmate solver must be auto, milp or lp (got {solver!r})")
         t0 = time.perf_counter()
-        time_limit = time_limit or time_budget / len(budgets)
         base = eager_peak(g, cost)
         last = getattr(self, "_problem", None)
         p = last[2] if last is not None and last[0] is g and last[1] is cost else problem(g, cost)
         self._problem = None
+        budgets = sorted(budgets, reverse=True)
+        try:
+            f = formulate(p, deadline=t0 + time_budget)
+            mat = f.model.matrix(deadline=t0 + time_budget)
+        except OutOfTime:
+            return [], [Failure("all", f"not run: formulating the MILP ({size(p) / 1e6:.2f} M R/S variables) "
+                                       f"took more than the time budget of {time_budget:g} s")]
+        except Infeasible as e:
+            return [], [Failure("all", f"infeasible ({e})")]
+        nv = len(f.model.integer)
+        progress(f"checkmate: formulated in {time.perf_counter() - t0:.1f} s ({nv} variables, "
+                 f"{len(mat[1])} constraints)")
+        skip_milp = solver == "auto" and nv > milp_max_vars
+        if skip_milp:
+            solver = "lp"
         plans, failures = [], []
-        for b in budgets:
+        proven: float | None = None
+        for k, b in enumerate(budgets):
             label = f"budget {b:g}"
-            left = min(time_limit, time_budget - (time.perf_counter() - t0))
+            if proven is not None:
+                failures.append(Failure(label, f"infeasible (budget {proven:g} already is)"))
+                continue
+            left = time_budget - (time.perf_counter() - t0)
             if left <= 0:
-                failures.append(Failure(label, f"time budget {time_budget:g} s spent"))
+                failures.append(Failure(label, f"not run: time budget {time_budget:g} s spent"))
                 continue
+            share = min(time_limit, left) if time_limit else left / (len(budgets) - k)
             limit = int(b * base)
-            sol = solve(p, limit, left)
-            progress(f"checkmate {label}: {sol.status} in {sol.seconds:.1f} s "
-                     f"({sol.variables} variables, {sol.constraints} constraints)")
-            if sol.decision is None:
-                reason = sol.status if sol.status != "not solved in time" else (
-                    f"not solved in {left:g} s ({sol.variables} variables, {sol.constraints} constraints)")
-                failures.append(Failure(label, reason))
-                continue
-            r = realise(g, sol.decision)
-            plans.append(make_plan(self.name, label, r, cost, budget=limit, budget_fraction=b,
-                                   optimal=sol.status == "optimal", mip_gap=sol.gap,
-                                   solver_seconds=round(sol.seconds, 3), variables=sol.variables,
-                                   constraints=sol.constraints, recompute_seconds=sol.objective))
+            plan, why, infeasible = self._point(g, cost, p, f, mat, label, b, limit, share, solver, milp_share,
+                                                samples, thresholds, tighten, seed, progress)
+            if skip_milp and plan is None and not infeasible:
+                why += f" (the MILP not tried: {nv} variables > {milp_max_vars})"
+            if plan is not None:
+                if skip_milp:
+                    plan.stats["milp_skipped"] = f"{nv} variables > {milp_max_vars}"
+                plans.append(plan)
+            elif infeasible:
+                proven = b
+                failures.append(Failure(label, why))
+            else:
+                failures.append(Failure(label, f"not run: {why}"))
         return plans, failures
 
+    def _point(self, g, cost, p, f, mat, label, b, limit, share, solver, milp_share, samples, thresholds, tighten,
+               seed, progress):
+        """(plan, None, False), or (None, why, whether the budget is proven infeasible)."""
+        t0 = time.perf_counter()
+        stats = dict(budget=limit, budget_fraction=b, variables=len(f.model.integer), constraints=len(mat[1]))
+        why: list[str] = []
+        if solver in ("auto", "milp"):
+            sol = solve(p, limit, share * (milp_share if solver == "auto" else 1.0), f, mat)
+            progress(f"checkmate {label}: MILP {sol.status} in {sol.seconds:.1f} s")
+            if sol.status.startswith("infeasible"):
+                return None, sol.status, True
+            if sol.decision is not None:
+                r = realise(g, sol.decision)
+                return make_plan(self.name, label, r, cost, solver="milp", optimal=sol.status == "optimal",
+                                 mip_gap=sol.gap, bound=sol.bound, solver_seconds=round(sol.seconds, 3),
+                                 recompute_seconds=sol.objective, **stats), None, False
+            why.append(f"MILP {sol.status} in {sol.seconds:.1f} s ({sol.variables} variables, "
+                       f"{sol.constraints} constraints)")
+        if solver == "milp":
+            return None, "; ".join(why), False
+        best, bound, tries = None, None, 0
+        for factor in (1.0, *tighten):
+            left = share - (time.perf_counter() - t0)
+            if left <= 0:
+                why.append(f"LP relaxation not tried: the budget's {share:.1f} s were spent" if bound is None
+                           else f"no rounding met the budget within {share:.1f} s")
+                break
+            lp = relax(f, mat, factor * limit, left)
+            progress(f"checkmate {label}: LP relaxation at {factor:g} x budget {lp.status} in {lp.seconds:.1f} s")
+            if lp.status.startswith("infeasible"):
+                if factor == 1.0:
+                    return None, f"{lp.status} (the LP relaxation)", True
+                why.append(f"LP relaxation at {factor:g} x the budget infeasible")
+                break
+            if lp.s_values is None:
+                why.append(f"LP relaxation {lp.status} in {lp.seconds:.1f} s")
+                break
+            if factor == 1.0:
+                bound = lp.objective
+            rng = np.random.default_rng(seed)
+            seen: set[frozenset] = set()
+            ways = [(f"deterministic (S* >= {th:g})", th) for th in thresholds]
+            ways += [(f"randomised (sample {k})", None) for k in range(1, samples + 1)]
+            for k, (how, th) in enumerate(ways):
+                if k and time.perf_counter() - t0 > share:
+                    break
+                s = round_s(f, lp.s_values, rng if th is None else None, th or 0.5)
+                chosen = r_given_s(p, f, s)
+                if chosen is None or frozenset(chosen) in seen:
+                    continue
+                seen.add(frozenset(chosen))
+                tries += 1
+                r = realise(g, decision(p, chosen))
+                plan = make_plan(self.name, label, r, cost, solver="lp-rounded", optimal=False,
+                                 rounding=how,
+                                 lp_budget_factor=factor, bound=bound, lp_bound=bound,
+                                 recompute_seconds=recompute_seconds(p, chosen),
+                                 roundings_tried=tries, **stats)
+                if plan.peak <= limit and (best is None or plan.latency < best.latency):
+                    best = plan
+            if best is not None:
+                break
+            why.append(f"no rounding of the LP at {factor:g} x the budget met it ({tries} tried)")
+        if best is not None:
+            rc, lb = best.stats["recompute_seconds"], best.stats["lp_bound"]
+            best.stats["gap"] = None if not lb else round((rc - lb) / lb, 6)
+            best.stats["solver_seconds"] = round(time.perf_counter() - t0, 3)
+            best.stats["roundings_tried"] = tries
+            progress(f"checkmate {label}: LP-rounded, recompute {rc:.6f} s against the LP bound {lb:.6f} s")
+            return best, None, False
+        return None, "; ".join(why), False
 
-__all__ = ["BUDGETS", "MAX_VARS", "Checkmate", "size", "Problem", "Solution", "decision", "formulate", "problem", "solve"]
+
+__all__ = ["BUDGETS", "MAX_VARS", "MILP_MAX_VARS", "THRESHOLDS", "TIGHTEN", "Checkmate", "Problem", "Relaxation", "Solution", "decision",
+           "formulate", "problem", "r_given_s", "recompute_seconds", "relax", "round_s", "size", "solve"]

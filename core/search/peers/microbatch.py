@@ -31,9 +31,10 @@ from .base import Method
 from .common import Failure, traced_order
 
 
-def batch_split(g: Graph) -> tuple[Split | None, str]:
+def batch_split(g: Graph, order: list[int] | None = None) -> tuple[Split | None, str]:
     """The F-Trans of the whole training step along the input's batch (dim 0 of the activation
-    input), or (None, why it is not valid)."""
+    input), or (None, why it is not valid).  ``order``: a schedule of ``g`` whose order of the split
+    ops each part follows (default: ``dgraph.topological``)."""
     try:
         entry = activation_entry(g)
     except ValueError as e:
@@ -44,7 +45,8 @@ def batch_split(g: Graph) -> tuple[Split | None, str]:
     comp = dg.component((entry, 0, 0))
     s = sorted(v for v in dg.components().get(comp, ()) if g.nodes[v].kind == NodeKind.OP)
     try:
-        return plan_split(g, dg, s, comp), ""
+        mine = set(s)
+        return plan_split(g, dg, s, comp, order=None if order is None else [v for v in order if v in mine]), ""
     except SplitError as e:
         why = f"the batch does not split: {e}"
         loss = g.outputs.get("loss")

@@ -35,10 +35,11 @@ from .common import Failure, backward_start, forward_ops, traced_order
 FRACTIONS = (None, 2, 4, 8)  # None: every saved activation; d: those of at least 1/d of the largest
 
 
-def saved_activations(g: Graph) -> list[tuple[TRef, list[int], list[int]]]:
+def saved_activations(g: Graph, order: list[int] | None = None) -> list[tuple[TRef, list[int], list[int]]]:
     """(A, the backward readers of A's storage, the forward views of A they read through) for
-    every saved activation A, in the traced order of their producers."""
-    order = traced_order(g)
+    every saved activation A, in the traced order of their producers (or in ``order``, a schedule
+    of ``g``: the forward is what runs before the backward's first op)."""
+    order = order or traced_order(g)
     pos = {v: i for i, v in enumerate(order)}
     start = backward_start(g, order)
     fwd = forward_ops(g)

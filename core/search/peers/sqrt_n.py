@@ -9,8 +9,12 @@ forward activation the backward reads is dropped after the forward and recompute
 checkpoints, just before the backward first needs it; the last segment is kept (its backward
 follows at once).  So each forward op runs at most twice: latency at most one extra forward.
 
-Several segment counts give several points (the budgeted variant: fewer segments keep fewer
-checkpoints and recompute longer chains).
+Three variants give the points: several segment counts (fewer segments keep fewer checkpoints and
+recompute longer chains); Chen's memory-budget planning (section 4.1: a segment ends once the bytes
+made since the last checkpoint exceed B; B swept over a grid); and "recompute only cheap ops" (no
+segments: the outputs of ops the cost model calls memory-bound -- batch norm, ReLU, add, dropout --
+are dropped and recomputed, those of convolutions and matmuls kept; what torch's selective
+checkpointing policies and Chen's section 4.3 "drop the cheap layers" do).
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ from __future__ import annotations
 import math
 import time
 
+from ...cost.model import CostModel
 from ...ir.graph import Graph
 from .base import Peer
 from .common import (
@@ -77,18 +82,140 @@ def boundaries(cuts: list[int], k: int, window: float = 0.5) -> list[int]:
     return out
 
 
-def checkpoints(g: Graph, k: int, window: float = 0.5) -> tuple[set[int], list[int], list[int]]:
-    """(the forward ops kept for the backward, the cut positions, the forward order)."""
-    fwdset = forward_ops(g)
-    fwd = [v for v in traced_order(g) if v in fwdset]
-    iv = crossing_intervals(g, fwd)
-    cuts = boundaries(cut_bytes(g, fwd, iv), k, window)
+def _keep_at(g: Graph, fwd: list[int], iv: dict[int, tuple[int, int]], cuts: list[int]) -> set[int]:
+    """The values crossing any cut, and the last segment (its backward follows at once)."""
     keep: set[int] = set()
     for p in cuts:
         keep.update(v for v, (a, b) in iv.items() if a <= p < b)
     last = cuts[-1] + 1 if cuts else 0
-    keep.update(fwd[last:])  # the last segment's backward follows at once
-    return keep, cuts, fwd
+    keep.update(fwd[last:])
+    return keep
+
+
+def forward_in_order(g: Graph) -> list[int]:
+    fwdset = forward_ops(g)
+    return [v for v in traced_order(g) if v in fwdset]
+
+
+def checkpoints(g: Graph, k: int, window: float = 0.5) -> tuple[set[int], list[int], list[int]]:
+    """(the forward ops kept for the backward, the cut positions, the forward order)."""
+    fwd = forward_in_order(g)
+    iv = crossing_intervals(g, fwd)
+    cuts = boundaries(cut_bytes(g, fwd, iv), k, window)
+    return _keep_at(g, fwd, iv, cuts), cuts, fwd
+
+
+def budget_cuts(sizes: list[int], budget: float) -> list[int]:
+    """Chen et al.'s memory-budget planning (section 4.1, the greedy of Algorithm 3's allocation):
+    walking the forward in order, the bytes made since the last checkpoint are summed and a segment
+    ends (a cut after that op) as soon as they exceed ``budget``.  ``sizes``: bytes each forward op
+    allocates.  Returns the cut positions (never after the last op)."""
+    out, run = [], 0
+    for i, b in enumerate(sizes[:-1]):
+        run += b
+        if run > budget:
+            out.append(i)
+            run = 0
+    return out
+
+
+def budget_checkpoints(g: Graph, budget: float) -> tuple[set[int], list[int], list[int]]:
+    """(kept forward ops, cut positions, forward order) of :func:`budget_cuts` at ``budget`` bytes."""
+    fwd = forward_in_order(g)
+    iv = crossing_intervals(g, fwd)
+    cuts = budget_cuts([own_bytes(g, v) for v in fwd], budget)
+    return _keep_at(g, fwd, iv, cuts), cuts, fwd
+
+
+def cheap_ops(g: Graph, cost: CostModel, among: set[int]) -> set[int]:
+    """The ops of ``among`` the cost model calls memory-bound (``CostModel.memory_bound``: batch
+    norm, ReLU, add, dropout's mask multiply, views ...): recomputing them costs a pass over their
+    inputs, while a convolution's or matmul's output is worth its bytes.  The op that makes the
+    loss is not dropped: the backward starts from it."""
+    loss = g.outputs.get("loss")
+    kept = set() if loss is None else {loss.node, g.storage_root(loss).node}
+    return {v for v in among if v not in kept and cost.memory_bound(g, g.nodes[v])}
+
+
+def budget_grid(total: int, largest: int, points: int) -> list[float]:
+    """``points`` budgets, geometric from the largest single allocation to half the forward's bytes
+    (Chen et al. grid-search B)."""
+    lo, hi = max(1.0, float(largest)), max(float(largest), total / 2)
+    if points <= 1 or hi <= lo:
+        return [hi]
+    return [lo * (hi / lo) ** (j / (points - 1)) for j in range(points)]
+
+
+def sqrt_segments(g: Graph) -> int:
+    """sqrt(n) for the n forward ops that allocate."""
+    return max(1, round(math.sqrt(sum(1 for v in forward_ops(g) if own_bytes(g, v) > 0))))
+
+
+def checkpoint_modes(g: Graph, cost: CostModel, modes=("cheap", "sqrt n")) -> list[tuple[str, set[int]]]:
+    """The checkpointing a user combines with another baseline, as (label, ops recomputed once for
+    the backward): "cheap" -- the memory-bound ops (:func:`cheap_ops`); "cheap F" (F in (0, 1)) --
+    those of them :func:`cheapest_first` picks within F of their recomputation time; "sqrt n" --
+    every candidate outside sqrt(n) segments' checkpoints."""
+    cand = candidates(g)
+    out = []
+    for m in modes:
+        if m == "cheap":
+            out.append(("cheap ops", cheap_ops(g, cost, cand)))
+        elif m.startswith("cheap "):
+            f = float(m.split()[1])
+            out.append((f"cheap ops {100 * f:g}%", cheapest_first(g, cost, cheap_ops(g, cost, cand), f)))
+        elif m == "sqrt n":
+            out.append(("sqrt n", cand - checkpoints(g, sqrt_segments(g))[0]))
+        else:
+            raise ValueError(f"unknown checkpointing {m!r} (cheap, sqrt n)")
+    return out
+
+
+def cheapest_first(g: Graph, cost: CostModel, cheap: set[int], fraction: float) -> set[int]:
+    """Part of ``cheap``, within ``fraction`` of its recomputation seconds: the knob a user turns
+    between "checkpoint the ReLUs" and "checkpoint every cheap layer".  The unit is a connected run
+    of cheap ops (batch norm -> ReLU, add -> layer norm -> dropout between two matmuls): dropping one
+    op of a run alone would keep its cheap producer's output in its place, so a run is recomputed
+    whole, from the compute-bound outputs around it.  Runs are taken by bytes freed per second of
+    recomputation, while their seconds stay within the fraction (at least one run)."""
+    if fraction >= 1.0:
+        return set(cheap)
+    parent = {v: v for v in cheap}
+
+    def find(v: int) -> int:
+        while parent[v] != v:
+            parent[v] = parent[parent[v]]
+            v = parent[v]
+        return v
+
+    for v in sorted(cheap):
+        for p in g.preds(v):
+            if p in cheap:
+                parent[find(p)] = find(v)
+    runs: dict[int, list[int]] = {}
+    for v in sorted(cheap):
+        runs.setdefault(find(v), []).append(v)
+    t = {v: cost.node_time(g, g.nodes[v]) for v in cheap}
+    total = sum(t.values())
+
+    def score(run: list[int]) -> tuple[float, int]:
+        return (-sum(own_bytes(g, v) for v in run) / max(sum(t[v] for v in run), 1e-12), run[0])
+
+    out: set[int] = set()
+    spent = 0.0
+    for run in sorted(runs.values(), key=score):
+        dt = sum(t[v] for v in run)
+        if out and spent + dt > fraction * total:
+            continue
+        out.update(run)
+        spent += dt
+    return out
+
+
+def _mb(b: float) -> str:
+    if b >= 1e9:
+        return f"{b / 1e9:.3g} GB"
+    return f"{b / 1e6:.3g} MB" if b >= 1e5 else f"{b:.0f} B"
 
 
 class SqrtN(Peer):
@@ -99,30 +226,65 @@ class SqrtN(Peer):
     family = "peer"
     paper = "Chen et al. 2016, Training Deep Nets with Sublinear Memory Cost (arXiv:1604.06174)"
 
-    def _run(self, g, cost, *, time_budget, progress, segments=None, window=0.5, **_):
+    def _run(self, g, cost, *, time_budget, progress, segments=None, window=0.5, budgets=None, budget_points=10,
+             cheap=True, cheap_fractions=(0.125, 0.25, 0.5, 1.0), variants=("segments", "budget", "cheap"), **_):
+        """Points of three variants: ``segments`` -- k evenly placed segments (k = sqrt(n) and half and
+        twice that, or ``segments``); ``budget`` -- Chen's memory-budget greedy at each byte budget of
+        ``budgets`` (default: ``budget_points`` of a geometric grid); ``cheap`` -- no segments: only
+        the memory-bound ops are dropped and recomputed, the compute-bound ones kept (all of them, and
+        for each of ``cheap_fractions`` below 1 the most bytes per second of them within that fraction
+        of their recomputation time: :func:`cheapest_first`).  Points that recompute the same ops are
+        given once."""
         t0 = time.perf_counter()
         fwdset = forward_ops(g)
         n = sum(1 for v in fwdset if own_bytes(g, v) > 0)
         root = max(1, round(math.sqrt(n)))
-        ks = list(segments) if segments else sorted({max(2, round(root * f)) for f in (0.5, 1.0, 2.0)})
         cand = candidates(g)
         backward = {v.id for v in g.ops()} - fwdset
         plans, failures = [], []
-        for k in ks:
-            label = f"k={k}" + (" (sqrt n)" if k == root else "")
+        seen: set[frozenset[int]] = set()
+        todo: list[tuple[str, str, object]] = []
+        if "segments" in variants:
+            ks = list(segments) if segments else sorted({max(2, round(root * f)) for f in (0.5, 1.0, 2.0)})
+            todo += [("segments", f"k={k}" + (" (sqrt n)" if k == root else ""), k) for k in ks]
+        if "budget" in variants:
+            sizes = [own_bytes(g, v) for v in forward_in_order(g)]
+            bs = list(budgets) if budgets else budget_grid(sum(sizes), max(sizes, default=0), budget_points)
+            todo += [("budget", f"B={_mb(b)}", b) for b in bs]
+        if "cheap" in variants and cheap:
+            todo += [("cheap", "cheap ops" if f >= 1 else f"cheap ops {100 * f:g}%", f)
+                     for f in sorted(cheap_fractions, reverse=True)]
+        for kind, label, arg in todo:
             if time.perf_counter() - t0 > time_budget:
                 failures.append(Failure(label, f"time budget {time_budget:g} s spent"))
                 continue
-            keep, cuts, fwd = checkpoints(g, k, window)
-            recompute = cand - keep
+            if kind == "segments":
+                keep, cuts, _ = checkpoints(g, arg, window)
+                recompute = cand - keep
+            elif kind == "budget":
+                keep, cuts, _ = budget_checkpoints(g, arg)
+                recompute = cand - keep
+            else:
+                cuts = []
+                recompute = cheapest_first(g, cost, cheap_ops(g, cost, cand), arg)
+                keep = fwdset - recompute
+            key = frozenset(recompute)
+            if key in seen or not recompute:
+                continue
+            seen.add(key)
             d = two_instance_decision(g, recompute, backward)
             r = realise(g, d)
             kept_bytes = sum(own_bytes(g, v) for v in keep)
-            plans.append(make_plan(self.name, label, r, cost, segments=len(cuts) + 1, n=n,
-                                   checkpoint_ops=len(keep), checkpoint_bytes=kept_bytes,
-                                   cut_positions=cuts))
+            stats = dict(variant=kind, segments=len(cuts) + 1, n=n, checkpoint_ops=len(keep),
+                         checkpoint_bytes=kept_bytes, cut_positions=cuts, recompute_ops=len(recompute))
+            if kind == "budget":
+                stats["segment_budget"] = int(arg)
+            if kind == "cheap":
+                stats["cheap_fraction"] = arg
+            plans.append(make_plan(self.name, label, r, cost, **stats))
             progress(f"sqrt_n {label}: {len(cuts) + 1} segments, {r.stats['recomputed']} recomputed ops")
         return plans, failures
 
 
-__all__ = ["SqrtN", "boundaries", "checkpoints", "cut_bytes"]
+__all__ = ["SqrtN", "boundaries", "checkpoint_modes", "cheapest_first", "sqrt_segments", "budget_checkpoints", "budget_cuts", "budget_grid", "cheap_ops", "checkpoints",
+           "cut_bytes", "forward_in_order"]

@@ -14,13 +14,13 @@ assuming Inductor fuses them.  So every point reports two latencies: ``Plan.metr
 charges each recomputation its full cost, ``stats["latency_fused"]`` charges nothing for a
 recomputed pointwise op (:func:`fused_latency`), as when Inductor fuses it into its consumer.
 
-The joint graph is traced once per run and deep-copied for each budget (the partitioner runs DCE
+The joint graph is built once per run and deep-copied for each budget (the partitioner runs DCE
 on it in place); the budgets are 0 to 1 in steps of 0.05.
 
-torch runs on the joint forward+backward graph of the workload, traced again exactly as our
-importer traces it (AOTAutograd ``aot_export_module``, so every fx node has the name of our node),
-with the backward's seed ``ones_like(loss)`` turned into the ``tangents_1`` input the partitioner
-expects.  Its decision -- which forward values the backward graph receives (saved) and which
+torch runs on the joint forward+backward graph built from our graph itself (:func:`joint_from_graph`:
+every fx node calls our node's aten op under our node's name, with fake-tensor values), so a graph
+file alone -- an upload, with no model code -- gets torch's min-cut too; the backward's seed
+``ones_like(loss)`` becomes the ``tangents_1`` input the partitioner expects.  Its decision -- which forward values the backward graph receives (saved) and which
 forward ops it runs again (recomputed) -- is mapped by name onto our graph: each recomputed op
 gets one recomputed instance that the backward ops torch placed in the backward read, through
 our ``remat`` rule (``common.two_instance_decision``).  CSE is off by default so that the
@@ -40,7 +40,7 @@ from typing import Any
 
 from ...cost.model import CostModel
 from ...ir import ops as ops_registry
-from ...ir.graph import Graph, Node
+from ...ir.graph import Graph, Node, NodeKind, TRef
 from ...simulate import simulate
 from .base import Peer
 from .common import (
@@ -59,59 +59,67 @@ ESTIMATORS = ("ours", "flops")  # the knapsack's runtimes: our cost model, or to
 FUSIBLE = ("elementwise", "copy")  # ops registry categories Inductor fuses into their consumer
 
 
-def joint_graph(workload: Any, traced_as: str = "eager"):
-    """(joint fx GraphModule with a ``tangents_1`` input, number of forward outputs, names of the
-    joint graph's ops, the seed's included) of a workload (``module``, ``inputs``, ``loss_fn``),
-    traced as ``core.frontend.torch_import`` traces it."""
-    import contextlib
-
+def joint_from_graph(g: Graph):
+    """(joint fx GraphModule with a ``tangents_1`` input, number of forward outputs, names of our ops)
+    of ``g``, which needs no model code: an fx graph calling the same aten op, node for
+    node and name for name, with fake-tensor values computed by running each op under one
+    ``FakeTensorMode``.  Placeholders become ``primals_<k>`` and the backward's seed
+    ``ones_like(loss)`` the ``tangents_1`` input the partitioner expects; the outputs are the updated
+    buffers and the loss (the forward's), then the gradients and any other output."""
     import torch
-    from torch._subclasses.fake_tensor import FakeTensor
+    import torch.fx as fx
+    from torch._subclasses.fake_tensor import FakeTensorMode
 
-    from ...frontend.torch_import import _trace, _TrainStep, _unused_parameters, export_tracing_state
-    from ...frontend.workload import workload_fns
+    from ...ir.torch_bridge import materialize, resolve_op, torch_dtype
 
-    loss_fn, _ = workload_fns(workload)
-    wrapper = _TrainStep(workload.module, loss_fn)
-    state = export_tracing_state if traced_as == "export" else contextlib.nullcontext
-    with state():
-        try:
-            gm, sig = _trace(wrapper, tuple(workload.inputs), True)
-        except Exception as e:  # noqa: BLE001 -- the importer's retry for parameters without gradient
-            if "did not receive a gradient" not in str(e):
-                raise
-            wrapper.unused = _unused_parameters(wrapper, tuple(workload.inputs))
-            gm, sig = _trace(wrapper, tuple(workload.inputs), True)
-    graph = gm.graph
-    outs = list(next(iter(graph.find_nodes(op="output"))).args[0])
-    n_fwd = len(sig.buffers_to_mutate) + 1
-    loss = outs[n_fwd - 1]
-    seeds = [u for u in loss.users if u.op == "call_function" and str(u.target) == "aten.ones_like.default"]
+    if any(n.kind not in (NodeKind.PLACEHOLDER, NodeKind.OP) or n.recompute_of is not None for n in g):
+        raise ValueError("torch_mincut runs on an imported graph, not on one with fission, swap or "
+                         "recomputed nodes")
+    loss = g.outputs.get("loss")
+    if loss is None:
+        raise ValueError("torch_mincut needs a training graph (one with a 'loss' output)")
+    seeds = [n.id for n in g.ops() if n.op == "aten.ones_like.default" and n.inputs() == (loss,)]
     if len(seeds) != 1:
-        raise ValueError("the joint graph has no ones_like(loss) backward seed")
-    seed = seeds[0]
-    names = {n.name for n in graph.nodes if n.op == "call_function"}
-    last_ph = list(graph.find_nodes(op="placeholder"))[-1]
-    with graph.inserting_after(last_ph):
-        tangent = graph.placeholder("tangents_1")
-    tangent.meta["val"] = seed.meta["val"]
-    seed.replace_all_uses_with(tangent)
-    graph.erase_node(seed)
-    # every value in one fake mode (AOTAutograd's export leaves several; the FLOP estimator mixes them)
-    modes: dict[int, list] = {}
-    for n in graph.nodes:
-        v = n.meta.get("val")
-        if isinstance(v, FakeTensor):
-            modes.setdefault(id(v.fake_mode), [v.fake_mode, 0])[1] += 1
-    if modes:
-        mode = max(modes.values(), key=lambda x: x[1])[0]
-        for n in graph.nodes:
-            v = n.meta.get("val")
-            if isinstance(v, FakeTensor) and v.fake_mode is not mode:
-                with mode:
-                    n.meta["val"] = torch.empty_strided(v.shape, v.stride(), dtype=v.dtype, device=v.device)
-    gm.recompile()
-    return gm, n_fwd, names
+        raise ValueError("the graph has no ones_like(loss) backward seed")
+    mode = FakeTensorMode(allow_non_fake_inputs=True)
+    graph = fx.Graph()
+    env: dict[TRef, Any] = {}  # our tensor -> its fx node
+    vals: dict[TRef, Any] = {}  # our tensor -> its fake value
+
+    def bind(ref: TRef, node, val) -> None:
+        node.meta["val"] = vals[ref] = val
+        env[ref] = node
+
+    def empty(t):
+        with mode:
+            return torch.empty(t.shape, dtype=torch_dtype(t.dtype))
+
+    for k, n in enumerate(g.placeholders()):
+        bind(TRef(n.id, 0), graph.placeholder(f"primals_{k + 1}"), empty(n.outputs[0]))
+    for n in g.ops():  # the traced order: an imported graph's node order
+        v = n.id
+        if v == seeds[0]:
+            bind(TRef(v, 0), graph.placeholder("tangents_1"), empty(n.outputs[0]))
+            continue
+        target = resolve_op(n.op)
+        with mode:
+            out = target(*materialize(n.args, vals.__getitem__, "cpu"),
+                         **materialize(n.kwargs, vals.__getitem__, "cpu"))
+        node = graph.call_function(target, tuple(materialize(n.args, env.__getitem__, "cpu")),
+                                   materialize(n.kwargs, env.__getitem__, "cpu"), name=n.name)
+        if out is None:  # an op without results (``_assert_tensor_metadata``): no value, as torch leaves it
+            continue
+        if isinstance(out, (tuple, list)):
+            node.meta["val"] = out
+            for j, val in enumerate(out[:len(n.outputs)]):
+                bind(TRef(v, j), graph.call_function(operator.getitem, (node, j)), val)
+        else:
+            bind(TRef(v, 0), node, out)
+    buffers = [r for key, r in g.outputs.items() if key.startswith("buffer:")]
+    rest = [r for key, r in g.outputs.items() if key != "loss" and not key.startswith("buffer:")]
+    graph.output(tuple(env[r] for r in [*buffers, loss, *rest]))
+    gm = fx.GraphModule(torch.nn.Module(), graph)
+    return gm, len(buffers) + 1, {n.name for n in g.ops()}
 
 
 def _fx_bytes(node) -> int:
@@ -157,7 +165,7 @@ def cost_model_estimator(g: Graph, cost: CostModel):
 
 def partition(joint: tuple, budget: float, *, solver: str = "dp", cse: bool = False, estimator: Any = "flops"):
     """torch's (forward module, backward module) at ``budget`` on a copy of ``joint`` (what
-    :func:`joint_graph` returns); ``estimator``: the knapsack's runtime estimator
+    :func:`joint_from_graph` returns); ``estimator``: the knapsack's runtime estimator
     (``config.activation_memory_budget_runtime_estimator``: ``"flops"`` or a
     ``CustomRuntimeEstimator``, e.g. :func:`cost_model_estimator`)."""
     import torch._functorch.config as fconfig
@@ -225,27 +233,22 @@ class TorchMinCut(Peer):
     colour = "#16a34a"
     symbol = "triangle-up"
     family = "peer"
-    needs = ("model",)
     paper = "PyTorch AOTAutograd min_cut_rematerialization_partition (activation_memory_budget)"
 
-    def _run(self, g, cost, *, time_budget, progress, model=None, budgets=BUDGETS, solver="dp",
-             cse=False, estimator="ours", **_):
-        """``model``: the workload the graph was captured from (module, inputs, loss_fn), built under
-        fake tensors (``frontend.workload.build_fake``).  ``estimator``: the knapsack's runtimes,
-        ``"ours"`` (``cost``, :func:`cost_model_estimator`) or ``"flops"`` (torch's default)."""
-        if model is None:
-            raise ValueError("torch_mincut needs the model the graph was captured from (module, inputs, loss_fn)")
+    def _run(self, g, cost, *, time_budget, progress, budgets=BUDGETS, solver="dp", cse=False,
+             estimator="ours", **_):
+        """``estimator``: the knapsack's runtimes, ``"ours"`` (``cost``, :func:`cost_model_estimator`)
+        or ``"flops"`` (torch's default)."""
         if estimator not in ESTIMATORS:
             raise ValueError(f"torch_mincut's estimator is one of {', '.join(ESTIMATORS)}, not {estimator!r}")
         t0 = time.perf_counter()
-        joint = joint_graph(model, g.meta.get("traced_as", "eager"))  # once; copied per budget
+        joint = joint_from_graph(g)  # once; copied per budget
         trace_s = time.perf_counter() - t0
         est = cost_model_estimator(g, cost) if estimator == "ours" else "flops"
-        progress(f"torch_mincut: joint graph traced ({trace_s:.1f} s)")
+        progress(f"torch_mincut: joint graph built ({trace_s:.1f} s)")
         by_name = {n.name: n.id for n in g.ops()}
         fwd = forward_ops(g)
         cand = candidates(g)
-        backward_ops = {n.id for n in g.ops()} - fwd
         plans, failures = [], []
         for b in budgets:
             label = f"budget {b:g}"
@@ -267,7 +270,6 @@ class TorchMinCut(Peer):
             not_ours = sorted(g.nodes[v].name for v in recompute - cand)
             recompute &= cand
             readers = {by_name[x] for x in bw_ops if x in by_name} - recompute
-            readers |= {v for v in backward_ops if g.nodes[v].name not in joint[2]}  # ours only (sums of tied grads)
             saved = {by_name[x] for x in bw_in if x in by_name}
             d = two_instance_decision(g, recompute, readers)
             r = realise(g, d)
@@ -290,4 +292,4 @@ class TorchMinCut(Peer):
 
 
 __all__ = ["BUDGETS", "ESTIMATORS", "FUSIBLE", "TorchMinCut", "cost_model_estimator", "fused_latency",
-           "joint_graph", "partition"]
+           "joint_from_graph", "partition"]
