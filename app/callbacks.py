@@ -388,14 +388,19 @@ def register(app: Dash, state: AppState) -> None:
 
     # ---- graph & dominator tree -------------------------------------------------------------------
     @app.callback(Output("graph", "elements"), Output("graph", "layout"), Input("view", "data"),
-                  Input("hot", "data"), Input("heat", "value"), State("live", "data"), State("selected", "data"),
-                  prevent_initial_call=True)
+                  Input("hot", "data"), Input("heat", "value"), Input("tabs", "value"), State("live", "data"),
+                  State("selected", "data"), prevent_initial_call=True)
     @guarded(2)
-    def on_graph(view, hot, heat_mode, live, selected):
+    def on_graph(view, hot, heat_mode, tab, live, selected):
         # the selection and the live tensors are marked in the browser (MARK_SELECTED, MARK_LIVE); they
         # only ride along here
         if not view:
             raise PreventUpdate
+        if ctx.triggered_id == "tabs" and tab != "analysis":
+            raise PreventUpdate
+        # back on the tab: its graph is mounted again from the ``elements`` prop, which dash-cytoscape
+        # overwrote after the last model switch with data and positions only (no classes: every group
+        # would be drawn as a plain op), so the elements are sent again
         if ctx.triggered_id == "view" and len(ctx.triggered) == 1 and view.get("drawn"):
             raise PreventUpdate  # on_view already sent the elements of this view
         return graph_of(state, view, live, hot, heat_mode, selected)
@@ -425,12 +430,12 @@ def register(app: Dash, state: AppState) -> None:
         Output("graph-hover", "children"), Input("graph", "mouseoverNodeData"))
 
     @app.callback(Output("domtree", "elements"), Output("domtree", "layout"), Output("dom-info", "children"),
-                  Input("view", "data"), Input("selected", "data"), Input("hot", "data"), State("live", "data"),
-                  prevent_initial_call=True)
+                  Input("view", "data"), Input("selected", "data"), Input("hot", "data"), Input("tabs", "value"),
+                  State("live", "data"), prevent_initial_call=True)
     @guarded(3)
-    def on_domtree(view, selected, hot, live):
-        if not view:
-            raise PreventUpdate
+    def on_domtree(view, selected, hot, tab, live):
+        if not view or ctx.triggered_id == "tabs" and tab != "analysis":
+            raise PreventUpdate  # back on the tab: sent again, as on_graph does
         entry = state.entry(view["gid"])
         dt = entry.dom()
         # whole tree drawn: the browser marks the selection (MARK_SELECTED), only the info changes

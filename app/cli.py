@@ -198,6 +198,20 @@ def _plan_graph(g, plan_file: Path, point: int | None):
     return h, plan, pf.device
 
 
+def _cost_device(cost: str, device: str | None) -> str:
+    """The device profile of ``--cost`` and ``--device`` (``core.cost.choice.cost_device``)."""
+    from core.cost.choice import check_cost, cost_device
+
+    try:
+        check_cost(cost)
+    except ValueError as e:
+        raise ValueError(f"--cost: {e}") from None
+    try:
+        return cost_device(cost, device)
+    except ValueError as e:
+        raise ValueError(f"--device: {e}") from None
+
+
 def _cost(a: argparse.Namespace, plan_device: str | None = None):
     """The analytic cost model of ``--device`` when given (it wins), else of the device the plan file
     was made for, else of the default device."""
@@ -383,7 +397,7 @@ def verify_lines(res: dict[str, Any]) -> list[str]:
             return f"{err:.3g}" + (f" ({t(res[f'worst_{kind}_tensor'])})" if err else "")
 
         lines.append(f"  outputs  {res['compared']} tensors ({what}): max abs error {worst('abs')}, max rel error "
-                     f"{worst('rel')}; tolerance rtol {res['rtol']:g}, atol {res['atol']:g}"
+                     f"{worst('rel')}; tolerance rtol {res['rtol']:g} of each tensor's scale, atol {res['atol']:g}"
                      + ("" if res["allclose"] else " -- outside it"))
     else:
         lines.append("  outputs  none compared")
@@ -399,11 +413,13 @@ def cmd_optimize(a: argparse.Namespace) -> dict[str, Any]:
     import signal
 
     from core.analysis.lifetimes import resident_floor
+    from core.cost.choice import make_cost
     from core.search.limits import MemoryLimit
     from core.search.moptimizer import optimize
     from core.search.plan import save_plans
     from core.summary import floor_note
 
+    device = _cost_device(a.cost, a.device)  # an unknown --cost or --device is refused before any work
     memory = None
     if a.memory_limit is not None:
         try:
@@ -425,12 +441,16 @@ def cmd_optimize(a: argparse.Namespace) -> dict[str, Any]:
                   f"{r.best_latency * 1e3:.2f} ms  states {r.generated} ({r.deduplicated} duplicates)",
                   file=sys.stderr, flush=True)
 
+    cost = make_cost(a.cost, device, graphs=[g], say=lambda m: print(m, file=sys.stderr, flush=True))
     old = signal.signal(signal.SIGINT, lambda *_: cancel.set())
     try:
-        print(f"optimizing {g.name} ({len(g)} nodes) for {a.time_budget:g} s on {a.device} "
+        print(f"optimizing {g.name} ({len(g)} nodes) for {a.time_budget:g} s on {device} ({a.cost} cost) "
               f"(Ctrl-C stops and keeps the best found)", file=sys.stderr, flush=True)
         pf = optimize(g, memory_limit=memory, latency_limit=a.latency_limit, pareto=a.pareto,
-                      time_budget=a.time_budget, device=a.device, progress=progress, cancel=cancel)
+                      time_budget=a.time_budget, device=device, progress=progress, cancel=cancel,
+                      cost=cost, cost_name=a.cost)
+        if hasattr(cost, "save"):
+            cost.save()
     finally:
         signal.signal(signal.SIGINT, old)
     save_plans(pf, a.output)
@@ -498,10 +518,13 @@ def cmd_sweep(a: argparse.Namespace) -> dict[str, Any]:
         limits = [parse_limit(t) for t in texts]
     except SweepError as e:
         raise ValueError(f"--memory-limits {e}") from None
+    _cost_device(a.cost, None)
     try:
-        devices = [get_device(d).name for d in _split(a.devices or [DEFAULT_PROFILE])]
+        devices = [get_device(d).name for d in _split(a.devices or [DEFAULT_PROFILE if a.cost == "analytic"
+                                                                    else _cost_device(a.cost, None)])]
+        devices = [_cost_device(a.cost, d) for d in devices]
     except ValueError as e:
-        raise ValueError(f"--devices: {e}") from None
+        raise ValueError(f"--devices: {str(e).removeprefix('--device: ')}") from None
     if not devices:
         raise ValueError("--devices: give at least one device")
     if a.time_budget <= 0:
@@ -539,7 +562,7 @@ def cmd_sweep(a: argparse.Namespace) -> dict[str, Any]:
     old = signal.signal(signal.SIGINT, interrupt)
     try:
         res = run_sweep(workloads, limits, devices, a.output, time_budget=a.time_budget, runner=runner,
-                        progress=progress, cancel=cancel)
+                        progress=progress, cancel=cancel, cost=a.cost)
     finally:
         signal.signal(signal.SIGINT, old)
     doc = res.to_dict()
@@ -558,6 +581,12 @@ def cmd_sweep(a: argparse.Namespace) -> dict[str, Any]:
         first = res.errors[0]
         raise ValueError(f"{len(res.errors)} of {res.jobs} jobs failed ({first['workload']} {first['device']} "
                          f"{first['limit']}: {first['error']}); the rows are in {res.path}")
+    short = [r for r in res.rows if r.get("reached") is False]
+    if short:
+        first = short[0]
+        raise LimitNotReached(f"{len(short)} of {res.jobs} memory limits not reached ({first['workload']} "
+                              f"{first['device']} {first['limit']}; the reached column says which); the rows "
+                              f"and plan files are in {res.path}")
     return doc
 
 
@@ -638,6 +667,15 @@ def _names(names: Any) -> str:
     return ", ".join(sorted(names))
 
 
+def _cost_option(s: argparse.ArgumentParser) -> None:
+    """--cost of optimize and sweep: the cost model's name (``core.cost.choice.COST_MODELS``)."""
+    from core.cost.choice import COST_MODELS, DEFAULT_COST
+
+    s.add_argument("--cost", default=DEFAULT_COST, metavar="NAME",
+                   help="latency model: " + "; ".join(f"{k}: {v}" for k, v in COST_MODELS.items())
+                        + " (default: %(default)s; recorded in the plan file)")
+
+
 def _plan_options(s: argparse.ArgumentParser, what: str) -> None:
     """--plan, --point and --device (which defaults to the plan file's device) of export and verify."""
     from core.cost.devices import DEFAULT_PROFILE, DEVICES
@@ -662,6 +700,8 @@ def build_parser() -> argparse.ArgumentParser:
     schedules = _names(SCHEDULERS)
     timed = [n for n, cls in SCHEDULERS.items() if "time_budget" in inspect.signature(cls).parameters]
     p = argparse.ArgumentParser(prog="magis", description="MAGIS Studio: memory optimizer for PyTorch graphs")
+    p.add_argument("--verbose", action="store_true",
+                   help="on an error, also print its traceback and what torch logged (before or after COMMAND)")
     sub = p.add_subparsers(dest="cmd", required=True, metavar="COMMAND")
 
     s = sub.add_parser("import", help="capture a PyTorch model as a graph file",
@@ -721,7 +761,10 @@ def build_parser() -> argparse.ArgumentParser:
     lim.add_argument("--pareto", action="store_true", help="the memory/latency frontier (a sweep of memory limits)")
     s.add_argument("--time-budget", type=float, default=60.0, metavar="SECONDS",
                    help="search time (default: %(default)s); the best found so far is kept")
-    s.add_argument("--device", default=DEFAULT_PROFILE, metavar="NAME", help=devices)
+    s.add_argument("--device", default=None, metavar="NAME",
+                   help=f"device profile for the latency estimate: {_names(DEVICES)} (default: {DEFAULT_PROFILE}; "
+                        f"with --cost calibrated or measured, this machine's profile: cpu without a GPU)")
+    _cost_option(s)
     s.add_argument("-o", "--output", required=True, type=Path, metavar="PLAN",
                    help="plan file to write (.json, or .json.gz to compress)")
     s.add_argument("--json", action="store_true", help="print the result as one JSON object")
@@ -743,6 +786,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--pareto", action="store_true", help="also a frontier run per workload and device")
     s.add_argument("--devices", action="append", metavar="NAME[,NAME...]",
                    help=f"device profiles for the latency estimate: {_names(DEVICES)} (default: {DEFAULT_PROFILE})")
+    _cost_option(s)
     s.add_argument("--time-budget", type=float, default=60.0, metavar="SECONDS",
                    help="search time of each job (default: %(default)s)")
     where = s.add_mutually_exclusive_group()
@@ -825,10 +869,33 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+HINT = "; hint: "
+
+
 def error_line(e: BaseException, limit: int = 400) -> str:
-    """One terminal-safe line for an error a user caused (newlines and escapes written out)."""
+    """One terminal-safe line for an error a user caused (newlines and escapes written out), at
+    most ``limit`` characters -- except its hint (after ``; hint: ``), which is never cut: a long
+    message is shortened before the hint."""
     text = terminal_safe(" ".join(str(e).split("\n")))
-    return text if len(text) <= limit else text[: limit - 3] + "..."
+    if len(text) <= limit:
+        return text
+    head, sep, hint = text.rpartition(HINT)
+    if not sep:
+        return text[: limit - 3] + "..."
+    room = max(limit - len(sep) - len(hint), 60)
+    return (head if len(head) <= room else head[: room - 3] + "...") + sep + hint
+
+
+def error_detail(e: BaseException) -> str:
+    """What ``--verbose`` adds to an error's one line: the traceback, and what torch logged while
+    it happened (``ImportErrorMAGIS.detail``)."""
+    import traceback
+
+    parts = ["".join(traceback.format_exception(e))]
+    detail = getattr(e, "detail", "")
+    if detail:
+        parts.append("torch logged:\n" + detail)
+    return "\n".join(parts)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -836,7 +903,9 @@ def main(argv: list[str] | None = None) -> int:
     for stream in (sys.stdout, sys.stderr):  # whatever the terminal's encoding: never a codec error
         if hasattr(stream, "reconfigure"):
             stream.reconfigure(errors="backslashreplace")
-    args = build_parser().parse_args(argv)
+    argv = list(sys.argv[1:] if argv is None else argv)
+    verbose = "--verbose" in argv  # accepted before or after the command
+    args = build_parser().parse_args([x for x in argv if x != "--verbose"])
     try:
         args.fn(args)
     except Outcome as e:  # done, but short of what was asked
@@ -846,6 +915,8 @@ def main(argv: list[str] | None = None) -> int:
         _silence_stdout()
         return EXIT_BROKEN_PIPE
     except (GraphError, ValueError, OSError) as e:  # a missing, unreadable or unwritable path too
+        if verbose:
+            print(error_detail(e), file=sys.stderr)
         print(f"magis: error: {error_line(e)}", file=sys.stderr)
         return EXIT_BAD_INPUT
     except KeyboardInterrupt:

@@ -76,15 +76,21 @@ def sample_of(gid: str) -> str | None:
     return name if kind == "sample" else None
 
 
-def verify_block(gid: str) -> str | None:
+def graph_file_of(label: str) -> str:
+    """The graph file an uploaded graph came from, as its label names it ("g.json.gz (uploaded)")."""
+    name = label.removesuffix(" (uploaded)").strip()
+    return name if name and " " not in name else "GRAPH_FILE"
+
+
+def verify_block(gid: str, label: str = "") -> str | None:
     """Why the plan of ``gid`` cannot be verified from the page (None: it can)."""
     import sample_graphs
 
     name = sample_of(gid)
     if name is None:
         return ("verify runs the model that made the graph, and the page only has the graph of an uploaded "
-                "file: from the command line, magis verify path/to/model.py:factory --graph GRAPH_FILE "
-                "--plan PLAN_FILE")
+                f"file: from the command line, magis verify path/to/model.py:factory --graph "
+                f"{graph_file_of(label)} --plan PLAN_FILE")
     if name in FULL_SIZE:
         stem = name.split("_")[0]
         tiny = [n for n in sample_graphs.NAMES if n.endswith("_tiny") and n.split("_")[0] == stem]
@@ -93,9 +99,10 @@ def verify_block(gid: str) -> str | None:
     return None
 
 
-def commands(gid: str, f: Frontier, key: int) -> str:
-    """The command lines that use the downloaded plan file."""
-    spec = sample_of(gid) or "GRAPH_FILE"
+def commands(gid: str, f: Frontier, key: int, label: str = "") -> str:
+    """The command lines that use the downloaded plan file (``label``: the graph's, which names an
+    uploaded graph's file)."""
+    spec = sample_of(gid) or graph_file_of(label)
     plan, script = plan_file_name(f, key), script_name(f, key)
     lines = [f"magis export {spec} --plan {plan} -o {script}"]
     if sample_of(gid) is not None:
@@ -242,7 +249,8 @@ def register(app: Dash, state: AppState, guarded, show_message) -> None:
         if sel.get("version") != f.version:
             raise PreventUpdate
         key = sel["key"]
-        block = verify_block(gid)
+        label = state.label(gid)
+        block = verify_block(gid, label)
         note = block or "compares eager PyTorch with this plan's script (a few seconds for a small sample)"
         same = of and {k: of.get(k) for k in ("gid", "version", "key")} == {k: sel.get(k) for k in
                                                                          ("gid", "version", "key")}
@@ -253,7 +261,7 @@ def register(app: Dash, state: AppState, guarded, show_message) -> None:
         except Exception:  # noqa: BLE001 -- a point that does not replay: the plan bar says why
             v = None
         return (plan_line(gid, f, key, v), f"{script_name(f, key)} · {plan_file_name(f, key)}",
-                commands(gid, f, key), block is not None, note, result, status)
+                commands(gid, f, key, label), block is not None, note, result, status)
 
     @app.callback(Output("export-script-dl", "data"), Output("export-info", "children"),
                   Input("export-script-btn", "n_clicks"), State("plan", "data"), prevent_initial_call=True)

@@ -154,10 +154,7 @@ def hotspot_panel(init: dict) -> html.Section:
         table(
             id="hotspots", columns=cols, data=init.get("hotspots", []), sort_action="native", filter_action="native",
             page_action="native", page_size=12, sort_by=[{"column_id": "bytes", "direction": "desc"}],
-            style_table={"overflowX": "auto"}, cell_selectable=True,
-            style_cell={"fontFamily": "inherit", "fontSize": 12, "padding": "3px 8px", "textAlign": "left",
-                        "maxWidth": 360, "whiteSpace": "normal", "wordBreak": "break-word"},
-            style_header={"fontWeight": 600, "backgroundColor": "#f3f4f6"},
+            cell_selectable=True, wrap=("tensor", "producer", "module"),
             style_data_conditional=[{"if": {"state": "active"}, "backgroundColor": "#fee2e2",
                                      "border": "1px solid #dc2626"}],
             tooltip_duration=None),

@@ -16,6 +16,7 @@ from dash import Dash, Input, Output, Patch, State, ctx, dcc, html, no_update
 from dash.exceptions import PreventUpdate
 
 from core.cost import DEVICES
+from core.cost.choice import COST_MODELS, DEFAULT_COST, cost_device
 from core.fmt import format_bytes, plural
 from core.search.methods import METHODS, label_of
 from core.search.plan import PlanError
@@ -44,8 +45,11 @@ def slider_of(f: Frontier) -> dict:
     ratios = [f.points[k].peak / base.peak if base.peak else 1.0 for k in keys]
     marks: dict[int, dict] = {}
     last_i, last_r = -10, -1.0  # the last labelled stop
+    end = len(ratios) - 1
     for i, r in enumerate(ratios):
-        show = i in (0, len(ratios) - 1) or (r - last_r > 0.06 and i - last_i >= 2)
+        show = i in (0, end) or (r - last_r > 0.06 and i - last_i >= 2)
+        if i == end and len(ratios) > 6 and 0 < last_i and i - last_i < 2:
+            marks[last_i] = {"label": " "}  # next to the last stop's label ("0.98x1.00x"): the last wins
         marks[i] = {"label": f"{r:.2f}x" if show else " "}  # " ": a stop without a label (empty shows the value)
         if show:
             last_i, last_r = i, r
@@ -71,6 +75,9 @@ def plan_caption(f: Frontier, key: int, v: PointView | None = None) -> str:
     out = f"point {key}: {label_of(p.method)} {p.label} · {plural(len(p.applications), 'rule application')}"
     if v is not None and (sw := v.swaps()):
         out += f" · {sw.text()}"
+    if len(f.points) == 1:
+        out += (" · the only point so far: press optimize (MAGIS) or run the peers, on the Pareto tab, for plans "
+                "that use less memory")
     keys = f.slider()
     if key not in keys:
         base = f.points[f.baseline()].peak
@@ -132,6 +139,46 @@ def pareto_figure(f: Frontier, selected: int | None, running: list[tuple[int, fl
     return {"data": data, "layout": layout}
 
 
+def missing_methods(f: Frontier) -> list[tuple[str, str]]:
+    """(label, why) of each peer and baseline with no point on the frontier: its failure reasons
+    from the run that tried it (``meta.peer_failures``), or that it has not been run on this graph."""
+    from core.search.methods import PEER_FAMILIES, methods_of
+
+    have = {p.method for p in f.points}
+    failed = f.plans.meta.get("peer_failures", {})
+    out = []
+    for name in methods_of(*PEER_FAMILIES):
+        if name in have:
+            continue
+        out.append((label_of(name), failed.get(name) or "not run on this graph yet: press \"run the peers\""))
+    return out
+
+
+def missing_block(f: Frontier) -> list:
+    """The lines under the Pareto figure naming each method without a point, and why."""
+    miss = missing_methods(f)
+    if not miss:
+        return []
+    return [html.Div(f"no point from {plural(len(miss), 'method')}:", className="small"),
+            html.Ul([html.Li([html.B(label), f": {why}"]) for label, why in miss], className="small missing-list")]
+
+
+def compare_line(st: dict) -> str:
+    """The status line of a peers' run (``PlanStore.start_compare``)."""
+    if not st:
+        return ""
+    if st.get("error"):
+        return f"the peers' run failed: {st['error']}"
+    i, n = st.get("method_index", 0), st.get("methods", 0)
+    pts = plural(st.get("points", 0), "point")
+    if st.get("done"):
+        head = "cancelled" if st.get("cancelled") else "finished"
+        return f"peers {head} in {st.get('seconds', 0):.0f} s · {pts} found, merged into the frontier"
+    m = st.get("method")
+    line = f"running the peers: {label_of(m) if m else '...'} ({i} of {n}) · {pts} so far"
+    return line + (f" · {st['line']}" if st.get("line") else "")
+
+
 def _hover(p, base) -> str:
     return (f"{label_of(p.method)} {p.label}<br>peak {format_bytes(p.peak)} "
             f"({p.peak / base.peak:.3f}x)<br>latency {figures.fmt_seconds(p.latency)} "
@@ -153,7 +200,9 @@ def floor_card(floor: int, by_kind: dict[str, int], base_peak: int, peak: int) -
 def plan_cards(f: Frontier, key: int, v: PointView | None, device: str,
                floor: tuple[int, dict[str, int]] | None = None) -> list:
     """The plan bar's cards of point ``key``: its numbers from the plan file at once, what it does to
-    the graph once its view (``v``) is built, and the graph's resident ``floor`` when given."""
+    the graph once its view (``v``) is built, and the graph's resident ``floor`` when given.
+    ``device``: the device picked on the page -- whether the plan fits in its memory; the latencies
+    are the frontier's device profile's, and say so when that is another one."""
     base = f.points[f.baseline()]
     p = f.points[key]
     name = label_of(p.method)
@@ -170,7 +219,9 @@ def plan_cards(f: Frontier, key: int, v: PointView | None, device: str,
         _card("plan peak", format_bytes(p.peak), f"{p.peak / base.peak:.3f}x eager · {fits}",
               id_="plan-peak", kind="peak"),
         _card("plan latency", figures.fmt_seconds(p.latency),
-              f"{(p.latency / base.latency - 1) * 100:+.1f}% vs eager · {device}", id_="plan-latency"),
+              f"{(p.latency / base.latency - 1) * 100:+.1f}% vs eager · {f.device} profile"
+              + ("" if device == f.device else f" (the frontier's: optimize to re-plan for {device})"),
+              id_="plan-latency"),
         _card("transformations", plural(len(p.applications), "step"), what, id_="plan-counts"),
         *([floor_card(floor[0], floor[1], base.peak, p.peak)] if floor is not None else []),
     ]
@@ -202,8 +253,8 @@ def plan_memory_figure(base_sim, v: PointView, xmode: str, device: str) -> dict:
     return {"data": data, "layout": {
         "template": "plotly_white", "margin": {"l": 60, "r": 10, "t": 20, "b": 40}, "hovermode": "x",
         "xaxis": {"title": {"text": "simulated time (ms)" if time_axis else "schedule step (each graph its own)"}},
-        "yaxis": {"title": {"text": "live memory"}, "range": [0, top * 1.1], "tickvals": tickvals,
-                  "ticktext": ticktext},
+        "yaxis": {"title": {"text": "live memory", "standoff": 8}, "range": [0, top * 1.1], "tickvals": tickvals,
+                  "ticktext": ticktext, "automargin": True},
         "legend": {"orientation": "h", "y": 1.12}, "shapes": shapes, "uirevision": "plan-memory"}}
 
 
@@ -259,7 +310,8 @@ def initial(state: AppState, gid: str) -> dict:
             "plan-slider": {"min": s["min"], "max": s["max"], "marks": s["marks"], "value": s["default"]},
             "plan-cards": plan_cards(f, key, None, f.device, state.plans.floor(gid)),
             "plan-caption": plan_caption(f, key),
-            "frontier-source": source_line(f, s)}
+            "frontier-source": source_line(f, s),
+            "pareto-missing": missing_block(f)}
 
 
 def source_line(f: Frontier, s: dict) -> str:
@@ -305,6 +357,7 @@ def pareto_tab(init: dict | None = None) -> dcc.Tab:
                 html.Div("click a point to select its plan · the slider above walks the non-dominated ones (for a "
                          "dominated point it moves to the nearest stop)",
                          className="muted small"),
+                html.Div(init.get("pareto-missing"), id="pareto-missing", className="pareto-missing"),
             ], className="panel pareto-panel"),
             html.Section([
                 html.Div(html.H3("Optimize"), className="panel-head"),
@@ -312,12 +365,26 @@ def pareto_tab(init: dict | None = None) -> dcc.Tab:
                           dcc.Dropdown(id="opt-budget", value=30, clearable=False, searchable=False,
                                        options=[{"label": f"{b} s", "value": b} for b in OPT_BUDGETS],
                                        className="budget-dd")], className="ctl"),
+                html.Div([html.Label("cost model", htmlFor="opt-cost"),
+                          dcc.Dropdown(id="opt-cost", value=DEFAULT_COST, clearable=False, searchable=False,
+                                       options=[{"label": k, "value": k, "title": v} for k, v in COST_MODELS.items()],
+                                       className="budget-dd")], className="ctl",
+                         title="latency model of the search; calibrated and measured time ops on this machine "
+                               "(choose its device profile: cpu without a GPU)"),
                 html.Div([html.Button("optimize", id="opt-run", n_clicks=0, className="btn btn-primary",
                                       title="run the M-Optimizer's Pareto sweep on this model in the background"),
                           html.Button("cancel, keep the best", id="opt-cancel", n_clicks=0, className="btn",
                                       title="stop the search now; the frontier found so far is kept")],
                          className="btn-row"),
                 html.Div(id="opt-status", className="small opt-status"),
+                html.Div([html.Button("run the peers", id="peers-run", n_clicks=0, className="btn",
+                                      title="every peer and baseline (sqrt(n), DTR, Checkmate, torch min-cut, "
+                                            "micro-batching, offloading ...) on this graph, each within the time "
+                                            "budget; their points are merged into the frontier"),
+                          html.Button("cancel", id="peers-cancel", n_clicks=0, className="btn")],
+                         className="btn-row"),
+                html.Div(id="peers-status", className="small opt-status"),
+                dcc.Interval(id="peers-poll", interval=1000, disabled=True),
                 html.Hr(),
                 html.Div([html.Label("fit in", htmlFor="fit-limit"),
                           dcc.Input(id="fit-limit", type="text", placeholder="e.g. 8GiB or 0.5", debounce=True,
@@ -348,10 +415,7 @@ def pareto_tab(init: dict | None = None) -> dcc.Tab:
                      className="panel-head"),
             table(id="plan-hotspots", columns=[{"name": n, "id": c} for c, n in figures.HOTSPOT_COLUMNS],
                   data=[], sort_action="native", page_action="native", page_size=10,
-                  style_table={"overflowX": "auto"},
-                  style_cell={"fontFamily": "inherit", "fontSize": 12, "padding": "3px 8px", "textAlign": "left",
-                              "maxWidth": 360, "whiteSpace": "normal", "wordBreak": "break-word"},
-                  style_header={"fontWeight": 600, "backgroundColor": "#f3f4f6"}),
+                  wrap=("tensor", "producer", "module")),
         ], className="panel"),
     ], className="tab-body"), label="Pareto frontier", value="pareto")
 
@@ -435,10 +499,10 @@ def register(app: Dash, state: AppState, guarded, show_message) -> None:
 
     @app.callback(Output("plan-points", "data"), Output("plan-slider", "min"), Output("plan-slider", "max"),
                   Output("plan-slider", "marks"), Output("plan-slider", "value"), Output("plan", "data"),
-                  Output("frontier-source", "children"),
+                  Output("frontier-source", "children"), Output("pareto-missing", "children"),
                   Input("model", "value"), Input("frontier-version", "data"), Input("fit-limit", "value"),
                   prevent_initial_call=True)  # the first page has it (``initial``)
-    @guarded(7)
+    @guarded(8)
     def on_frontier(gid, _version, fit):
         f = plans.frontier(gid)
         s = slider_of(f)
@@ -451,8 +515,9 @@ def register(app: Dash, state: AppState, guarded, show_message) -> None:
             key = fit_point(f, fit)
             value = s["keys"].index(key)
             return no_update, no_update, no_update, no_update, value, \
-                {"gid": gid, "version": f.version, "key": key}, no_update
-        return s, s["min"], s["max"], s["marks"], value, {"gid": gid, "version": f.version, "key": key}, src
+                {"gid": gid, "version": f.version, "key": key}, no_update, no_update
+        return s, s["min"], s["max"], s["marks"], value, {"gid": gid, "version": f.version, "key": key}, src, \
+            missing_block(f)
 
     app.clientside_callback(SLIDER_TO_PLAN, Output("plan", "data", allow_duplicate=True),
                             Input("plan-slider", "value"), State("plan-points", "data"), State("plan", "data"),
@@ -483,9 +548,9 @@ def register(app: Dash, state: AppState, guarded, show_message) -> None:
 
     @app.callback(Output("plan-cards", "children"), Output("plan-caption", "children"), Output("plan-marks", "data"),
                   Output("plan-poll", "disabled"),
-                  Input("plan", "data"), Input("plan-poll", "n_intervals"))
+                  Input("plan", "data"), Input("plan-poll", "n_intervals"), Input("device", "value"))
     @guarded(4)
-    def on_plan(sel, _poll):
+    def on_plan(sel, _poll, device):
         """The plan bar and the graph's marks: the plan file's numbers at once, the marks when the
         point's view is built (polled; a slider drag over built views is a lookup)."""
         f, gid, key = selected(sel)
@@ -493,9 +558,10 @@ def register(app: Dash, state: AppState, guarded, show_message) -> None:
             plans.prefetch(gid, around=key)  # this point, and the slider's next stops either way
         v = plans.view(gid, key, wait=PLAN_WAIT)
         floor = plans.floor(gid)
+        device = device or f.device
         if v is None:
-            return plan_cards(f, key, None, f.device, floor), plan_caption(f, key), no_update, False
-        return plan_cards(f, key, v, f.device, floor), plan_caption(f, key, v), marks_of(v, gid, f.version), True
+            return plan_cards(f, key, None, device, floor), plan_caption(f, key), no_update, False
+        return plan_cards(f, key, v, device, floor), plan_caption(f, key, v), marks_of(v, gid, f.version), True
 
     @app.callback(Output("plan-memory", "figure"), Output("plan-hotspots", "data"), Output("pareto", "figure"),
                   Output("pareto-drawn", "data"),
@@ -532,13 +598,18 @@ def register(app: Dash, state: AppState, guarded, show_message) -> None:
     # ---- optimizing from the page --------------------------------------------------------------------
     @app.callback(Output("opt-poll", "disabled"), Output("opt-status", "children"),
                   Input("opt-run", "n_clicks"), State("model", "value"), State("opt-budget", "value"),
-                  State("device", "value"), prevent_initial_call=True)
+                  State("device", "value"), State("opt-cost", "value"), prevent_initial_call=True)
     @guarded(2)
-    def on_optimize(n, gid, budget, device):
+    def on_optimize(n, gid, budget, device, cost):
         if not n:
             raise PreventUpdate
         state.entry(gid)
-        job = plans.start_optimize(gid, float(budget or 30), device)
+        cost = cost if cost in COST_MODELS else DEFAULT_COST
+        try:
+            cost_device(cost, device)
+        except ValueError as e:
+            raise AppError(f"Cannot optimize with the {cost} cost model: {e}.") from None
+        job = plans.start_optimize(gid, float(budget or 30), device, cost)
         return False, job_line(job.status())
 
     @app.callback(Output("opt-status", "children", allow_duplicate=True), Input("opt-cancel", "n_clicks"),
@@ -573,6 +644,44 @@ def register(app: Dash, state: AppState, guarded, show_message) -> None:
         return job_line(st), False, pareto_figure(f, key, list(job.frontier)), no_update, \
             [gid, f.version] if key is not None else None
 
+    # ---- the peers on this graph ------------------------------------------------------------------
+    @app.callback(Output("peers-poll", "disabled"), Output("peers-status", "children"),
+                  Input("peers-run", "n_clicks"), State("model", "value"), State("opt-budget", "value"),
+                  State("device", "value"), prevent_initial_call=True)
+    @guarded(2)
+    def on_peers(n, gid, budget, device):
+        if not n:
+            raise PreventUpdate
+        state.entry(gid)
+        job = plans.start_compare(gid, float(budget or 30), device)
+        return False, compare_line(job.status())
+
+    @app.callback(Output("peers-status", "children", allow_duplicate=True), Input("peers-cancel", "n_clicks"),
+                  State("model", "value"), prevent_initial_call=True)
+    @guarded(1)
+    def on_peers_cancel(n, gid):
+        job = plans.job(gid, "compare")
+        if not n or job is None or job.done:
+            raise PreventUpdate
+        job.cancel.set()
+        return compare_line(job.status())
+
+    @app.callback(Output("peers-status", "children", allow_duplicate=True),
+                  Output("peers-poll", "disabled", allow_duplicate=True),
+                  Output("frontier-version", "data", allow_duplicate=True),
+                  Input("peers-poll", "n_intervals"), State("model", "value"), prevent_initial_call=True)
+    @guarded(3)
+    def on_peers_poll(_n, gid):
+        job = plans.job(gid, "compare")
+        if job is None:
+            return "", True, no_update
+        if job.error:
+            show_message(f"the peers' run on {state.label(gid)} failed: {job.error}")
+        if job.done:
+            f = plans.frontier(gid)
+            return compare_line(job.status()), True, {"gid": gid, "version": f.version}
+        return compare_line(job.status()), False, no_update
+
     @app.callback(Output("frontier-version", "data", allow_duplicate=True), Output("plan-upload", "contents"),
                   Input("plan-upload", "contents"), State("plan-upload", "filename"), State("model", "value"),
                   prevent_initial_call=True)
@@ -593,4 +702,4 @@ def register(app: Dash, state: AppState, guarded, show_message) -> None:
         return {"gid": gid, "version": f.version}, None
 
 
-__all__ = ["fit_point", "floor_card", "pareto_figure", "plan_caption", "slider_stop", "pareto_tab", "plan_bar", "plan_cards", "register", "slider_of"]
+__all__ = ["compare_line", "fit_point", "floor_card", "missing_block", "missing_methods", "pareto_figure", "plan_caption", "slider_stop", "pareto_tab", "plan_bar", "plan_cards", "register", "slider_of"]

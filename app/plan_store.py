@@ -28,7 +28,16 @@ from core.cost import DEFAULT_PROFILE, AnalyticCost
 from core.fmt import plural
 from core.ir.graph import Graph, NodeKind
 from core.search.pareto import FRONT, non_dominated, vector
-from core.search.plan import Plan, PlanError, PlanFile, check_order, load_plans, plans_from_bytes, replay
+from core.search.plan import (
+    Plan,
+    PlanError,
+    PlanFile,
+    check_order,
+    load_plans,
+    merge_plans,
+    plans_from_bytes,
+    replay,
+)
 from core.simulate import SimResult, simulate
 from core.transform.registry import RULES, families, get_rule
 from core.transform.rule import Application
@@ -259,11 +268,16 @@ class Frontier:
 
 
 # ---- background jobs ---------------------------------------------------------------------------------
+class _Cancelled(BaseException):
+    """A peers' run was cancelled from the page (raised from its progress callback; a BaseException
+    so that ``compare``'s per-method failure handling does not take it for the method's failure)."""
+
+
 @dataclass
 class Job:
     """An optimization (or verification) run in the background; the page polls it."""
 
-    kind: str  # "optimize" | "verify"
+    kind: str  # "optimize" | "compare" | "verify"
     gid: str
     started: float = field(default_factory=time.time)
     cancel: threading.Event = field(default_factory=threading.Event)
@@ -356,9 +370,23 @@ class PlanStore:
                     del cache[k]
         return f
 
+    def merge_frontier(self, gid: str, pf: PlanFile, source: str) -> Frontier:
+        """``pf``'s points merged into ``gid``'s frontier (``merge_plans``: per method the points no
+        other of that method dominates, so nothing found is lost -- the precomputed frontier, the
+        peers', an earlier run's); a frontier of another device profile or cost model is replaced
+        (its latencies are another device's, or another model's).  PlanError if ``pf`` is not for this graph."""
+        self._entry(gid).graph  # noqa: B018 -- the graph is loaded (set_frontier checks pf against it)
+        old = self.frontier(gid)
+        same_cost = old.plans.meta.get("cost", "analytic") == pf.meta.get("cost", "analytic")
+        if old.device == pf.device and old.plans.graph_hash == pf.graph_hash and same_cost:
+            kept = len(old.points)
+            pf = merge_plans(old.plans, pf)
+            source = f"{source}, merged with the {plural(kept, 'point')} there before"
+        return self.set_frontier(gid, pf, source)
+
     def load_upload(self, gid: str, data: bytes, filename: str) -> Frontier:
         pf = plans_from_bytes(data)
-        return self.set_frontier(gid, pf, f"uploaded ({filename})")
+        return self.merge_frontier(gid, pf, f"uploaded ({filename})")
 
     # ---- point views -------------------------------------------------------------------------------
     def _future(self, cache: OrderedDict, key: tuple, fn: Callable[[], Any],
@@ -410,9 +438,11 @@ class PlanStore:
         with self._lock:
             return self._jobs.get((gid, kind))
 
-    def start_optimize(self, gid: str, time_budget: float, device: str) -> Job:
-        """Run ``optimize(pareto=True)`` on ``gid`` in a thread; its result becomes the frontier
-        (the peers' points of the current frontier are kept beside it)."""
+    def start_optimize(self, gid: str, time_budget: float, device: str, cost: str = "analytic") -> Job:
+        """Run ``optimize(pareto=True)`` on ``gid`` in a thread; its points are merged into the
+        frontier (``merge_frontier``: what was there stays unless a new point dominates it).
+        ``cost``: the cost model (``core.cost.choice``; a measuring one needs ``device`` to be this
+        machine's profile)."""
         with self._lock:
             old = self._jobs.get((gid, "optimize"))
             if old is not None and not old.done:
@@ -445,17 +475,19 @@ class PlanStore:
                     if m is not None:
                         job.frontier = [(s.peak, s.latency) for s in m.frontier()]
 
+                from core.cost.choice import make_cost
+
+                model = make_cost(cost, device, graphs=[g])  # a first calibration times the graph's ops
                 pf = moptimizer.optimize(g, pareto=True, time_budget=time_budget, device=device,
                                          progress=progress, cancel=job.cancel,
-                                         on_start=lambda m: setattr(job, "result", m))
-                old_f = self.frontier(gid)
-                peers = [p for p in old_f.points if p.method not in ("magis", "eager")
-                         and old_f.device == device]
-                pf.points = [*pf.points[:-1], *peers, pf.points[-1]]
+                                         on_start=lambda m: setattr(job, "result", m), cost=model,
+                                         cost_name=cost)
                 why = "cancelled, best kept" if job.cancel.is_set() else pf.meta.get("stopped", "")
-                self.set_frontier(gid, pf, f"optimized here ({time_budget:g} s budget, {device}; {why})")
-                job.frontier = [(p.peak, p.latency) for p in pf.points if p.method == "magis"]
-                job.progress["points"] = sum(p.method == "magis" for p in pf.points)
+                found = sum(p.method == "magis" for p in pf.points)
+                f = self.merge_frontier(gid, pf, f"optimized here ({time_budget:g} s budget, {device}, {cost} cost; "
+                                                 f"{why})")
+                job.frontier = [(p.peak, p.latency) for p in f.points if p.method == "magis"]
+                job.progress["points"] = found
                 job.progress["distinct"] = pf.meta.get("states")  # every distinct state, the warm start's too
                 job.progress.setdefault("evaluated", 0)
                 self.prefetch(gid)
@@ -467,6 +499,56 @@ class PlanStore:
                 job.done = True
 
         threading.Thread(target=run, name="magis-optimize", daemon=True).start()
+        return job
+
+    def start_compare(self, gid: str, time_budget: float, device: str, methods: list[str] | None = None) -> Job:
+        """Every peer and baseline (``core.search.compare``, each within ``time_budget`` s) on
+        ``gid``'s graph in a thread -- an uploaded graph's too: no method needs the model's code --
+        its points merged into the frontier, each method that gave no point saying why
+        (``meta.peer_failures``, drawn on the Pareto figure)."""
+        from core.search.compare import compare, default_methods, plan_file_of
+
+        with self._lock:
+            old = self._jobs.get((gid, "compare"))
+            if old is not None and not old.done:
+                return old
+            job = self._jobs[(gid, "compare")] = Job("compare", gid)
+        chosen = [m for m in (methods or default_methods()) if m != "magis"]
+        job.progress = {"budget": time_budget * len(chosen), "methods": len(chosen), "method_index": 0}
+        g = self._entry(gid).graph
+
+        def run() -> None:
+            try:
+                w = {"results": {}}
+
+                def say(line: str) -> None:
+                    if job.cancel.is_set():
+                        raise _Cancelled
+                    job.progress["line"] = line.strip()
+
+                done: dict = {}
+                for i, m in enumerate(chosen):
+                    if job.cancel.is_set():
+                        break
+                    job.progress.update(method=m, method_index=i + 1)
+                    try:
+                        w = compare(g, device=device, methods=[m], time_budget=time_budget, progress=say)
+                    except _Cancelled:
+                        break
+                    done.update(w["results"])
+                    job.progress["points"] = sum(len(r.plans) for r in done.values())
+                if done:
+                    w["results"] = done
+                    pf = plan_file_of(w, g)
+                    self.merge_frontier(gid, pf, f"peers run here ({time_budget:g} s each, {device})")
+                self.prefetch(gid)
+            except Exception as e:  # noqa: BLE001 -- the page shows it; the server keeps running
+                log.exception("the peers' run on %s failed", gid)
+                job.error = f"{type(e).__name__}: {e}"
+            finally:
+                job.done = True
+
+        threading.Thread(target=run, name="magis-compare", daemon=True).start()
         return job
 
     def start_verify(self, gid: str, spec: str, plan_bytes: bytes, point: int, timeout: float = 300.0) -> Job:

@@ -109,8 +109,9 @@ def step_figure(s: Step) -> dict:
                "y0": 0, "y1": 1, "fillcolor": "#c4b5fd", "opacity": 0.3, "line": {"width": 0}}]
     return {"data": data, "layout": {
         "template": "plotly_white", "margin": {"l": 60, "r": 10, "t": 30, "b": 40}, "shapes": shapes,
-        "xaxis": {"title": {"text": "schedule position (shaded: the re-ordered window)"}},
-        "yaxis": {"title": {"text": "live memory"}, "range": [0, top], "tickvals": tickvals, "ticktext": ticktext},
+        "xaxis": {"title": {"text": "schedule position (shaded: the re-ordered window)"}, "automargin": True},
+        "yaxis": {"title": {"text": "live memory", "standoff": 8}, "range": [0, top], "tickvals": tickvals,
+                  "ticktext": ticktext, "automargin": True},  # "211.5 KiB" ticks: the title moves out
         "legend": {"orientation": "h", "y": 1.12}, "uirevision": "steps"}}
 
 
@@ -134,11 +135,7 @@ def tab() -> dcc.Tab:
                                                          ("step", "rule", "application", "peak", "latency",
                                                           "window")],
                                data=[], page_action="native", page_size=12, row_selectable=False,
-                               style_table={"overflowX": "auto"},
-                               style_cell={"fontFamily": "inherit", "fontSize": 12, "padding": "3px 8px",
-                                           "textAlign": "left", "maxWidth": 280, "whiteSpace": "normal",
-                                           "wordBreak": "break-word"},
-                               style_header={"fontWeight": 600, "backgroundColor": "#f3f4f6"}),
+                               wrap=("application", "peak", "latency"), min_width=170, max_width=280),
                          className="step-list"),
                 html.Div(id="step-details", className="details-box step-details"),
             ], className="row-steps"),

@@ -173,6 +173,8 @@ def test_optimize_shows_progress_and_cancel_keeps_the_best(page, server, monkeyp
         return slow(self)
 
     monkeypatch.setattr(MOptimizer, "_applications", applications)
+    before = app.magis_state.plans.frontier(f"sample:{SAMPLE}")
+    stops = {(before.points[k].peak, before.points[k].latency) for k in before.slider()}
     page.click("text=Pareto frontier")
     page.click("#opt-run")
     page.wait_for_function("() => document.querySelector('#opt-status').innerText.includes('optimizing')")
@@ -188,6 +190,10 @@ def test_optimize_shows_progress_and_cancel_keeps_the_best(page, server, monkeyp
     assert "cancelled" in text(page, "#frontier-source")
     f = app.magis_state.plans.frontier(f"sample:{SAMPLE}")
     assert any(p.method == "magis" for p in f.points) and any(p.method == "dtr" for p in f.points)
+    # merged, not replaced: every stop of the precomputed frontier is still there or dominated by a new one
+    assert "merged with the" in text(page, "#frontier-source")
+    after = [(f.points[k].peak, f.points[k].latency) for k in f.slider()]
+    assert all(any(p <= q[0] and t <= q[1] for p, t in after) for q in stops)
     page.wait_for_selector("#plan-cards .card")
     shot(page, "app_optimize_done")
 

@@ -48,6 +48,11 @@ def test_slider_walks_the_non_dominated_points_peak_ascending():
     assert s["default"] == 1 and s["default_key"] == 1
     # labels never crowd: the ends always, between them at least two stops and 0.06 apart
     assert [m["label"] for m in s["marks"].values()] == ["0.50x", " ", "0.80x", "1.00x"]
+    # many stops: a label next to the last stop's gives way to it (btlm_3b drew "0.98x1.00x")
+    many = frontier_of([plan("magis", 10 * k, 2.0 - 0.1 * k) for k in range(1, 9)] + [plan("magis", 98, 1.01),
+                                                                                      plan("eager", 100, 1.00)])
+    labels = [m["label"] for m in slider_of(many)["marks"].values()]
+    assert labels[-1] == "1.00x" and labels[-2] == " " and labels[0] == "0.10x"
 
 
 def test_fit_in_picks_the_fastest_point_under_a_memory_limit():
