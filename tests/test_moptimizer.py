@@ -246,3 +246,70 @@ def test_thin_keeps_the_ends_and_the_points_nearest_even_peaks():
     assert [p.peak for p in thin(pts, 20)] == sorted(p.peak for p in pts)
     with pytest.raises(ValueError, match="k >= 2"):
         thin(pts, 1)
+
+
+def _batch_fission_children(g, cost):
+    m = MOptimizer(g, cost)
+    end = m.remat_steps(m.root, time_budget=30)
+    # slow=inf: the tiny models' parts are all launch overhead (n = 2 costs 3.4x on unet_tiny)
+    return m, end, m.batch_fission(end, time_budget=120, slow=float("inf"))
+
+
+def test_batch_fission_splits_every_state_of_the_remat_chain_and_replays():
+    """Micro-batching of a partly recomputed step: each state of the Remat chain (the imported
+    graph first) split along the batch in every n that divides it; the deepest split state's has a
+    lower peak than the imported graph's split in as many parts (each part recomputes what the
+    chain recomputes), and every child's plan replays to its numbers."""
+    from core.cost.model import AnalyticCost
+    from sample_graphs.store import load_sample_graph
+
+    g = load_sample_graph("unet_tiny")
+    cost = AnalyticCost("rtx3090")
+    m, end, kids = _batch_fission_children(g, cost)
+    chain = [m.root, *end.path()]
+    assert 2 <= len(chain) <= 24 and len(end.path()) >= 4
+    assert all(c.app.rule == "fission" and c.hash in m.seen for c in kids)
+    # unet_tiny's batch of 2: n = 2 only; from depth 10 on, a recomputed copy leaves the batch's ops
+    # not weakly connected (the split is refused, those states are skipped)
+    parents = [c.parent for c in kids]
+    assert parents == chain[:len(parents)] and len(parents) >= 5
+    assert all(c.app.params[0] == 2 for c in kids)
+    assert kids[-1].peak < kids[0].peak
+    assert min(a.peak for a in m.archive) <= kids[-1].peak
+    for c in (kids[0], kids[len(kids) // 2], kids[-1]):
+        plan = m.plan(c)
+        assert [a.rule for a in plan.applications][-1] == "fission"
+        h = replay(g, plan.applications)
+        check_order(h, plan.order)
+        sim = simulate(h, plan.order, cost)
+        assert plan.peak == sim.peak and plan.latency == pytest.approx(sim.latency, rel=1e-9)
+
+
+def test_batch_fission_leaves_a_batch_norm_model_after_one_check():
+    """Training batch norm reduces over the batch: the root does not split, so no state does."""
+    from sample_graphs.store import load_sample_graph
+
+    g = load_sample_graph("resnet50_tiny")
+    m = MOptimizer(g)
+    end = m.remat_steps(m.root, time_budget=10)
+    before = len(m.seen)
+    assert m.batch_fission(end, time_budget=60) == [] and len(m.seen) == before
+
+
+@pytest.mark.slow
+def test_batch_fission_plans_reproduce_eager_pytorch():
+    """The exported script of the deepest Remat state's split (parts recompute, then sum their
+    weight gradients) against eager PyTorch, in float64 (fission sums the parts in another order)."""
+    import torch
+
+    from core.cost.model import AnalyticCost
+    from tests.workload_cases import Case
+
+    case = Case("unet_tiny", torch.float64)
+    cost = AnalyticCost("rtx3090")
+    m, end, kids = _batch_fission_children(case.g, cost)
+    for c in (kids[0], kids[-1]):
+        plan = m.plan(c)
+        h = replay(case.g, plan.applications)
+        case.verify_order(h, plan.order, f"batch fission at depth {c.parent.depth}")
+    assert case.checked == 2

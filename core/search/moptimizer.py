@@ -35,6 +35,7 @@ from ..fmt import format_bytes
 from ..ir.graph import Graph, NodeKind, TRef
 from ..metrics import Metrics
 from ..schedule import get_scheduler
+from ..transform.fission import Fission
 from ..transform.ftree_rules import FTreeRule
 from ..transform.registry import FTREE_FAMILY, TENSOR_FAMILIES, families, rules_of
 from ..transform.rule import Application, RuleNotApplicable
@@ -56,6 +57,9 @@ REMAT_SMALL = 8  # a scan skips hot-spots under 1/8 of the largest it can lower 
 LAZY = 2.0  # remat_steps commits a scan's next child while its latency per byte is within 2x the best
 SWAP_SHARE = 0.25  # the warm start's share for Swap steps (resnet50 at <= 10%: 0.529x -> 0.442x)
 SWAP_FROM = (1.05, 1.10)  # Swap steps start from the lowest-peak state within +5% and within +10% latency
+BATCH_SHARE = 0.2  # the warm start's share for micro-batch F-Trans along its Remat chain (batch_fission)
+BATCH_DEPTHS = 24  # states of the Remat chain that batch_fission splits (evenly spaced)
+BATCH_SLOW = 1.8  # batch_fission skips states and parts beyond this latency (x the imported graph's)
 
 
 @dataclass
@@ -187,7 +191,9 @@ class MOptimizer:
         Remat steps on the result (``remat_steps``) with half of what is left but ``SWAP_SHARE``
         -- the lever where fission cannot split the saved activations (batch norm couples the
         batch of a CNN) -- and Remat steps from the imported graph with the other half (a fission
-        node over the whole training step leaves nothing to recompute at its peak).  Last, Swap
+        node over the whole training step leaves nothing to recompute at its peak), then, with
+        ``BATCH_SHARE``, the whole step's F-Trans along the batch at states of that last Remat
+        chain (``batch_fission``: micro-batching of a partly recomputed step).  Last, Swap
         steps (the same steps with the Swap and SwapLate rules) from the archive's lowest-peak
         states within each latency slack of ``SWAP_FROM``: a swap whose copies overlap compute
         lowers the peak at no latency, but once a graph has copies every child is simulated in
@@ -199,9 +205,11 @@ class MOptimizer:
         res = greedy_fission(self.imported, self.order, self.cost, time_budget=(1 - REMAT_SHARE) * time_budget,
                              ftree=self.ftree)
         s = self.seed(res.applications, alternatives(res))
-        end = self.remat_steps(s, (time_budget * (1 - SWAP_SHARE) - (time.perf_counter() - t0)) / 2)
+        rest = 1 - SWAP_SHARE - BATCH_SHARE  # the Remat steps' share; the batch F-Trans's comes after it
+        end = chain = self.remat_steps(s, (time_budget * rest - (time.perf_counter() - t0)) / 2)
         if s is not self.root:  # fission can leave the peak where no tensor is recomputable
-            self.remat_steps(self.root, time_budget * (1 - SWAP_SHARE) - (time.perf_counter() - t0))
+            chain = self.remat_steps(self.root, time_budget * rest - (time.perf_counter() - t0))
+        self.batch_fission(chain, time_budget * (1 - SWAP_SHARE) - (time.perf_counter() - t0))
         base = self.root.latency
         starts = []
         for slack in SWAP_FROM:
@@ -213,6 +221,53 @@ class MOptimizer:
             left = time_budget - (time.perf_counter() - t0)
             self.remat_steps(st, left / (len(starts) - i), step_rules=("swap", "swap_late"))
         return end
+
+    def batch_fission(self, end: MState, time_budget: float, depths: int = BATCH_DEPTHS,
+                      slow: float = BATCH_SLOW) -> list[MState]:
+        """Micro-batching with MAGIS's own recomputation: the F-Trans of the whole training step
+        along the batch (``peers.microbatch.batch_split``: S = every op the input's batch reaches,
+        each of the n parts running S in the state's schedule, so a recomputed copy runs just
+        before its backward reader in every part) from states of the Remat chain that ends at
+        ``end`` (Remat steps from the imported graph, ``remat_steps``): up to ``depths`` of them,
+        evenly spaced, the imported graph first, each split in every n that divides the batch.
+        A whole-step F-Trans leaves each part's activations, so recomputing some of them first
+        lowers every part's peak: the points that neither Remat nor micro-batching alone reach.
+        The F-Tree cannot express it (its nodes are the imported graph's, without the copies).
+        States and parts slower than ``slow`` x the imported latency are skipped.  Every child
+        enters the archive; none becomes the working state; returns them (chain order, n
+        ascending).  Graphs whose batch does not split (training batch norm, data-dependent
+        indexing) are left after one check."""
+        from .peers.microbatch import batch_split
+
+        t0 = time.perf_counter()
+        ev = self.ev
+        out: list[MState] = []
+        chain = [s for s in [self.root, *end.path()] if s.latency <= slow * self.root.latency]
+        if len(chain) > depths:
+            chain = [chain[round(i * (len(chain) - 1) / (depths - 1))] for i in range(depths)]
+        for s in dict.fromkeys(chain):
+            if time.perf_counter() - t0 > time_budget:
+                break
+            ev.goto(s)
+            split, _ = batch_split(ev.g, ev.order)
+            if split is None:
+                if s is self.root:  # the batch stops (batch norm): no state of the chain splits
+                    break
+                continue
+            for n in split.divisors():
+                if time.perf_counter() - t0 > time_budget:
+                    break
+                try:
+                    c = ev.evaluate(Fission.ordered_application(n, split.comp, split.nodes))
+                except RuleNotApplicable:
+                    continue
+                if c.hash not in self.seen:
+                    self.seen.add(c.hash)
+                    out.append(ev.child_state(c))
+                    self._archive(out[-1])
+                if c.latency > slow * self.root.latency:  # more parts only cost more
+                    break
+        return out
 
     def remat_steps(self, s: MState, time_budget: float, candidates: int = REMAT_CANDIDATES,
                     step_rules: tuple[str, ...] | None = None) -> MState:
