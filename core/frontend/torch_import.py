@@ -257,9 +257,11 @@ def _trace_until_done(wrapper: nn.Module, inputs: tuple[torch.Tensor, ...], trai
     unused parameters (see :func:`capture`); (graph module, signature, the state it took)."""
     traced_as = "eager"
     while True:
-        state = export_tracing_state() if traced_as == "export" else contextlib.nullcontext()
+        def state(how: str = traced_as) -> contextlib.AbstractContextManager:  # fresh per use: single-use CMs
+            return export_tracing_state() if how == "export" else contextlib.nullcontext()
+
         try:
-            with state:
+            with state():
                 gm, sig = _trace(wrapper, inputs, training)
             break
         except Exception as e:  # torch raises many exception types while tracing
@@ -269,7 +271,7 @@ def _trace_until_done(wrapper: nn.Module, inputs: tuple[torch.Tensor, ...], trai
                 traced_as = "export"
             elif (isinstance(wrapper, _TrainStep) and not wrapper.unused
                   and "did not receive a gradient" in str(e)):
-                with state:
+                with state():
                     wrapper.unused = _unused_parameters(wrapper, inputs)
                 if not wrapper.unused:
                     raise ImportErrorMAGIS(describe_capture_error(e)) from e
@@ -480,8 +482,10 @@ def _convert(gm: torch.fx.GraphModule, sig: Any, training: bool, name: str,
                         outs[j].alias = a
                     elif isinstance(a, (list, tuple)) and a and isinstance(a[0], TRef):
                         outs[j].alias = a[0]
-            for j, nbytes in enumerate(ops.output_storage_bytes(op, args, kwargs, [
-                    g.tensor(r) for r in _refs(args, kwargs)], outs)):
+            refs = _refs(args, kwargs)
+            for j, nbytes in enumerate(ops.output_storage_bytes(
+                    op, args, kwargs, [g.tensor(r) for r in refs], outs,
+                    [g.tensor(g.storage_root(r)).nbytes for r in refs])):
                 if nbytes is not None and outs[j].alias is None:
                     outs[j].storage_bytes = nbytes
             node = g.add_node(name=n.name, op=op, args=args, kwargs=kwargs, outputs=outs)

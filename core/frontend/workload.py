@@ -70,14 +70,15 @@ def build_fake(make: Callable[[], W]) -> W:
     storage, so a model of any size is built without allocating its weights.  Weight initialisation
     is skipped on fake tensors (:func:`no_random_init_on_fake_tensors`), dtype conversions of the
     built modules (``.to(dtype)``, ``.half()``, ``.bfloat16()``) convert the fake parameters
-    (:func:`fake_module_conversion`), and torch's log records go to the error's ``detail``.  A
+    (:func:`fake_module_conversion`), schedules computed from Python numbers alone are real
+    (:func:`constant_schedules`), and torch's log records go to the error's ``detail``.  A
     build that still needs a tensor's value raises :class:`ImportErrorMAGIS` naming the line."""
     from torch._subclasses.fake_tensor import FakeTensorMode
 
     logs: list[str] = []
     try:
         with held_torch_logs(logs), FakeTensorMode(allow_non_fake_inputs=True), \
-                no_random_init_on_fake_tensors(), fake_module_conversion():
+                no_random_init_on_fake_tensors(), fake_module_conversion(), constant_schedules():
             return make()
     except DATA_DEPENDENT as e:
         msg = describe_capture_error(e).replace("could not capture the model",
@@ -85,6 +86,47 @@ def build_fake(make: Callable[[], W]) -> W:
         err = ImportErrorMAGIS(msg)
         err.detail = "\n".join(logs)
         raise err from e
+
+
+SCHEDULE_FACTORIES = (torch.linspace, torch.logspace, torch.arange)
+SCHEDULE_MAX = 1 << 16  # elements: a schedule of per-layer rates, never a weight
+
+
+@contextlib.contextmanager
+def constant_schedules() -> Iterator[None]:
+    """Inside ``FakeTensorMode``, ``torch.linspace`` / ``logspace`` / ``arange`` of Python numbers
+    (with at most ``SCHEDULE_MAX`` elements), and every op whose tensor inputs are all such
+    tensors, run for real.  Models compute per-layer schedules that way in ``__init__`` and read
+    them back as Python numbers -- ConvNeXt's and Swin's stochastic-depth rates are
+    ``[x.tolist() for x in torch.linspace(0, rate, sum(depths)).split(depths)]`` -- which a fake
+    tensor cannot give.  The values depend on no weight and no input, so computing them is what
+    eager PyTorch does; nothing else changes (weights and everything computed from them stay
+    fake, and so does any tensor outside the factories' results and what derives from them)."""
+    from torch._subclasses.fake_tensor import FakeTensor, unset_fake_temporarily
+    from torch.overrides import TorchFunctionMode
+    from torch.utils._pytree import tree_leaves
+
+    if not isinstance(torch.empty(()), FakeTensor):
+        yield
+        return
+    real: dict[int, torch.Tensor] = {}  # id -> tensor, held until the build ends
+
+    class Schedules(TorchFunctionMode):
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            kwargs = kwargs or {}
+            tensors = [x for x in tree_leaves((args, kwargs)) if isinstance(x, torch.Tensor)]
+            ours = bool(tensors) and all(real.get(id(t)) is t for t in tensors)
+            if ours or (func in SCHEDULE_FACTORIES and not tensors):
+                with unset_fake_temporarily():
+                    out = func(*args, **kwargs)
+                made = [x for x in tree_leaves(out) if isinstance(x, torch.Tensor)]
+                if ours or all(x.numel() <= SCHEDULE_MAX for x in made):
+                    real.update((id(x), x) for x in made)
+                    return out
+            return func(*args, **kwargs)
+
+    with Schedules():
+        yield
 
 
 def _init_functions() -> dict[str, Callable[..., Any]]:

@@ -563,10 +563,21 @@ def output_aliases(op: str, n_outputs: int) -> tuple[int | None, ...]:
 _FULL_STORAGE_REDUCTIONS: dict[str, int] = {"aten.mse_loss.default": 2, "aten.smooth_l1_loss.default": 2}
 
 
+# Ops whose output 0 is laid out as an input (at this position) is, in a storage as large as that
+# input's: the functional ``copy(self, src)`` of a slice allocates its base's whole storage (the slice's
+# strides and offset in it), as eager PyTorch measures it.
+_STORAGE_LIKE_INPUT = {A + "copy.default": 0}
+
+
 def output_storage_bytes(op: str, args: list[Any], kwargs: dict[str, Any], ins: list[TensorMeta],
-                         outs: list[TensorMeta]) -> list[int | None]:
-    """Storage bytes of each output when they differ from its shape's bytes (else None)."""
+                         outs: list[TensorMeta], in_storages: list[int] | None = None) -> list[int | None]:
+    """Storage bytes of each output when they differ from its shape's bytes (else None);
+    ``in_storages``: the bytes of each of ``ins``'s storages (a view's is its base's)."""
     res: list[int | None] = [None] * len(outs)
+    like = _STORAGE_LIKE_INPUT.get(op)
+    if like is not None and in_storages is not None and like < len(in_storages) and outs:
+        if in_storages[like] > outs[0].logical_bytes:
+            res[0] = in_storages[like]
     pos = _FULL_STORAGE_REDUCTIONS.get(op)
     if pos is not None and len(ins) >= 2 and outs:
         reduction = args[pos] if pos < len(args) else kwargs.get("reduction", 1)

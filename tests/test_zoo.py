@@ -1,0 +1,105 @@
+"""The model zoo (``sample_graphs/zoo.py``): every family's tiny variant imported as ``magis
+import`` does it (built on fake tensors, captured), exported with no device-specific kernel, and
+the script against eager PyTorch on a real build (loss, every gradient, measured peak); and the
+two capture fixes the zoo needed, on small hand-written cases."""
+
+from __future__ import annotations
+
+import functools
+import re
+
+import pytest
+import torch
+from torch import nn
+
+from core.codegen.emit import generate_source
+from core.codegen.verify import problems, verify_workload
+from core.frontend.workload import SCHEDULE_MAX, build_fake, capture_workload
+from core.schedule import get_scheduler
+from sample_graphs import zoo
+from tests.test_export_device_neutral import DEVICE_KERNELS
+
+
+def test_the_zoo_has_fifteen_families_beyond_the_samples():
+    import sample_graphs
+
+    assert len({m.family for m in zoo.ZOO}) >= 15 and len(zoo.NAMES) == len(set(zoo.NAMES))
+    assert not set(zoo.NAMES) & set(sample_graphs.NAMES)
+    assert {m.kind for m in zoo.ZOO} == {"causal LM", "seq2seq", "vision", "diffusion"}
+    with pytest.raises(ValueError, match="unknown zoo model 'nope'; known: opt"):
+        zoo.build("nope")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", zoo.NAMES)
+def test_every_zoo_family_imports_exports_device_neutral_and_matches_eager(name):
+    make = functools.partial(zoo.build, name, True)
+    torch.manual_seed(0)
+    g = capture_workload(build_fake(make), name=name)
+    body = generate_source(g, get_scheduler("traced").run(g).order)
+    body = body[body.index("def _step("):]
+    called = set(re.findall(r"(?:aten|torch\.ops\.\w+)\.(\w+)\.\w+\(", body))
+    assert called and not [c for c in called if DEVICE_KERNELS.search(c)], called
+    torch.manual_seed(0)
+    res = verify_workload(make(), "traced", 0, graph=g, details=True)
+    assert problems(res) == [], problems(res)
+    assert res["compared"] > 1  # the loss and the gradients
+
+
+class _Scheduled(nn.Module):
+    """Per-layer rates computed in ``__init__`` from ``torch.linspace`` and read as Python floats,
+    as ConvNeXt and Swin compute their stochastic-depth rates."""
+
+    def __init__(self, n: int = 4) -> None:
+        super().__init__()
+        self.rates = [x.tolist() for x in torch.linspace(0, 0.3, n).split([1, n - 1])]
+        self.layers = nn.ModuleList(nn.Linear(8, 8) for _ in range(n))
+        self.big = torch.arange(SCHEDULE_MAX + 1)  # larger than a schedule: stays fake
+
+    def forward(self, x):
+        for layer in self.layers:
+            x = layer(x)
+        return x
+
+
+def test_schedules_of_python_numbers_are_real_on_a_fake_build_and_weights_stay_fake():
+    from torch._subclasses.fake_tensor import FakeTensor
+
+    m = build_fake(_Scheduled)
+    assert m.rates[0] == [0.0] and m.rates[1] == pytest.approx([0.1, 0.2, 0.3])
+    assert all(isinstance(p, FakeTensor) for p in m.parameters())
+    assert isinstance(m.big, FakeTensor)
+    assert not isinstance(torch.linspace(0, 1, 3), FakeTensor)  # nothing leaks out of the build
+
+
+class _ShiftRight(nn.Module):
+    """T5's ``_shift_right``: a new zero tensor whose slice receives the input (captured as the
+    functional ``copy`` of a slice, which allocates its base's whole storage)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.emb = nn.Embedding(16, 4)
+
+    def forward(self, ids):
+        shifted = ids.new_zeros(ids.shape)
+        shifted[:, 1:] = ids[:, :-1].clone()
+        return self.emb(shifted)
+
+
+class _W:
+    def __init__(self) -> None:
+        torch.manual_seed(0)
+        self.module = _ShiftRight()
+        self.inputs = (torch.randint(0, 16, (2, 8)),)
+
+    @staticmethod
+    def loss_fn(m, ids):
+        return m(ids).square().mean()
+
+
+def test_the_copy_of_a_slice_is_as_large_as_its_base_in_the_graph_and_measured():
+    g = capture_workload(build_fake(_W), name="shift")
+    copy = next(n for n in g if n.op == "aten.copy.default")
+    assert copy.outputs[0].nbytes == 2 * 8 * 8  # the base's (2, 8) int64 storage, not the (2, 7) slice
+    res = verify_workload(_W(), "traced", 0, graph=g, details=True)
+    assert problems(res) == [], problems(res)
