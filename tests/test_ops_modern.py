@@ -224,6 +224,27 @@ def test_safe_softmax_keeps_its_axis():
     assert splits(got) == {((0, 0),), ((0, 2),)}
 
 
+def test_scans_keep_their_axis():
+    """``cumsum`` (OPT's positions from the attention mask) and ``cumprod``: the other axes split."""
+    for op in ("cumsum", "cumprod"):
+        assert splits(check_op(A + f"{op}.default", [r(3, 4, 5), 1])) == {((0, 0),), ((0, 2),)}
+    ids = torch.ones(4, 6, dtype=torch.int64)
+    assert splits(check_op(A + "cumsum.default", [ids, 1])) == {((0, 0),)}
+
+
+def test_padding_splits_the_axes_it_leaves_alone():
+    got = check_op(A + "constant_pad_nd.default", [r(3, 4, 5, 6), [1, 1, 0, 0], 0.0])
+    assert splits(got) == {((0, 0),), ((0, 1),), ((0, 2),)}
+
+
+def test_fill_and_scatters_keep_their_axis():
+    assert splits(check_op(A + "fill.Tensor", [r(3, 4), torch.tensor(2.0, dtype=D)])) == {((0, 0),), ((0, 1),)}
+    got = check_op(A + "slice_scatter.default", [r(3, 8, 5), r(3, 4, 5), 1, 2, 6])
+    assert splits(got) == {((0, 0), (1, 0)), ((0, 2), (1, 2))}
+    got = check_op(A + "select_scatter.default", [r(3, 8, 5), r(3, 5), 1, 2])
+    assert splits(got) == {((0, 0), (1, 0)), ((0, 2), (1, 1))}
+
+
 def test_roll():
     assert splits(check_op(A + "roll.default", [r(4, 4, 6), [1], [1]])) == {((0, 0),), ((0, 2),)}
     g, node, _, _ = build_node(A + "roll.default", [r(4, 6), [1]])  # a roll of the flattened tensor

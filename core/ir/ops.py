@@ -231,6 +231,34 @@ def _softmax_links(c: OpCtx) -> list[DimLink]:
     return [lk for lk in broadcast_links(c, 0) if lk.out_dim != d]
 
 
+def _scan_links(c: OpCtx) -> list[DimLink]:
+    """A scan along one axis (``cumsum(x, dim)``): every other axis splits."""
+    d = norm_dim(c.arg(1), len(c.outs[0].shape))
+    return [lk for lk in broadcast_links(c, 0) if lk.out_dim != d]
+
+
+def _pad_links(c: OpCtx) -> list[DimLink]:
+    """``constant_pad_nd(x, pad, value)``: the axes the pad leaves alone split (``pad`` pairs start
+    at the last axis)."""
+    x, pad = c.ins[0].shape, list(c.arg(1))
+    padded = {len(x) - 1 - i for i in range(len(pad) // 2) if pad[2 * i] or pad[2 * i + 1]}
+    return [DimLink(0, d, 0, d) for d in range(len(x)) if d not in padded and x[d] > 1]
+
+
+def _slice_scatter_links(c: OpCtx) -> list[DimLink]:
+    """``slice_scatter(self, src, dim, ...)``: self and src split along every axis but ``dim``."""
+    d = norm_dim(c.arg(2) if len(c.node.args) > 2 else c.node.kwargs.get("dim", 0), len(c.outs[0].shape))
+    return [lk for lk in broadcast_links(c, 0, [0, 1]) if lk.out_dim != d and lk.in_dim != d]
+
+
+def _select_scatter_links(c: OpCtx) -> list[DimLink]:
+    """``select_scatter(self, src, dim, index)``: src lacks ``dim``; every other axis splits."""
+    o = c.outs[0].shape
+    d = norm_dim(c.arg(2), len(o))
+    links = [DimLink(0, k, 0, k) for k in range(len(o)) if k != d and o[k] > 1]
+    return links + [DimLink(1, k, 0, k + (k >= d)) for k in range(len(o) - 1) if o[k + (k >= d)] > 1]
+
+
 def _layer_norm_links(c: OpCtx) -> list[DimLink]:
     x = c.ins[0].shape
     lead = len(x) - len(c.arg(1))
@@ -355,6 +383,11 @@ register([A + "mean.dim", A + "amax.default", A + "amin.default", A + "var.corre
          "reduce", _in_numel, lambda c: _reduce_links(c, False))
 register([A + "mean.default"], "reduce", _in_numel, lambda c: [])
 
+register([A + "cumsum.default", A + "cumprod.default"], "reduce", _out_numel, _scan_links)
+register([A + "constant_pad_nd.default"], "copy", _zero, _pad_links)
+register([A + "fill.Tensor"], "copy", _zero, _identity)
+register([A + "slice_scatter.default"], "copy", _zero, _slice_scatter_links)
+register([A + "select_scatter.default"], "copy", _zero, _select_scatter_links)
 register([A + "_softmax.default", A + "_log_softmax.default", A + "_safe_softmax.default"], "softmax", _times(5, _out_numel),
          _softmax_links)
 register([A + "_softmax_backward_data.default", A + "_log_softmax_backward_data.default"], "softmax",

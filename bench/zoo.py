@@ -1,0 +1,140 @@
+"""MAGIS against every peer and baseline on models nobody tuned it for (``sample_graphs/zoo.py``).
+
+Per zoo model, at its realistic training size: the training step imported as ``magis import``
+does it (built on fake tensors, captured), its ops without dim links (``magis info``'s list: what
+blocks fission), its resident floor (weights, gradients and optimizer state as a fraction of eager's
+peak: what no activation plan removes), then MAGIS and every other method on the same graph and
+device profile, each within the same time budget (``core.search.compare.compare``, the function
+``bench/pareto.py`` and ``magis compare`` use).  Per (model, method): the smallest peak at <= 5% and
+<= 10% latency overhead, the least overhead under 80% and 40% memory limits; then per model MAGIS
+against the best other method at <= 10% overhead.  Every latency is the analytic model's prediction.
+
+    python bench/zoo.py [--models opt,swin,...] [--methods magis,dtr,...] [--time-budget 20]
+                        [--device rtx3090] [--tiny] [--json bench/results/zoo.json]
+
+Captured graphs are cached under ``$MAGIS_CACHE/zoo`` (default ``~/.cache/magis/zoo``) by model
+and size, so a second run searches again without capturing again.  ``--tiny`` runs the tiny
+variants (a smoke test of the bench itself, seconds per model).
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from core.analysis.lifetimes import resident_floor  # noqa: E402
+from core.ir import io  # noqa: E402
+from core.search.compare import compare, default_methods, failures_of, format_table, rows_of  # noqa: E402
+from core.summary import ops_without_dim_links  # noqa: E402
+from sample_graphs import zoo  # noqa: E402
+
+
+def cache_dir() -> Path:
+    return Path(os.environ.get("MAGIS_CACHE", Path.home() / ".cache" / "magis")) / "zoo"
+
+
+def import_graph(name: str, tiny: bool = False, cache: bool = True):
+    """The zoo model's training graph (captured on fake tensors; cached) and the capture's seconds
+    (0 for a cache hit)."""
+    from core.frontend.workload import build_fake, capture_workload
+
+    path = cache_dir() / f"{name}{'_tiny' if tiny else ''}.train.json.gz"
+    if cache and path.exists():
+        return io.load(path), 0.0
+    t0 = time.perf_counter()
+    w = build_fake(functools.partial(zoo.build, name, tiny))
+    g = capture_workload(w, name=name + ("_tiny" if tiny else ""))
+    seconds = time.perf_counter() - t0
+    if cache:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        io.save(g, path)
+    return g, seconds
+
+
+def run_model(name: str, *, tiny: bool, methods: list[str], budget: float, device: str, say) -> dict:
+    g, capture_s = import_graph(name, tiny)
+    floor, _ = resident_floor(g)
+    w = compare(g, name=name, device=device, methods=methods, time_budget=budget, peer_budget=budget,
+                progress=say)
+    return {"model": name, "family": zoo.BY_NAME[name].family, "size": zoo.BY_NAME[name].size,
+            "description": g.meta.get("description", ""), "ops": len(list(g.ops())),
+            "capture_seconds": round(capture_s, 1), "no_dim_links": ops_without_dim_links(g),
+            "floor_ratio": floor / w["eager"]["peak"], "eager": w["eager"],
+            "rows": rows_of(w), "failures": failures_of(w),
+            "points": {m: r.points for m, r in w["results"].items()}}
+
+
+def versus(m: dict) -> dict:
+    """MAGIS's smallest peak at <= 10% overhead against the best other method's."""
+    rows = {r["method"]: r for r in m["rows"]}
+    mine = rows.get("magis", {}).get("peak_at_10pct")
+    others = [(r["peak_at_10pct"], k) for k, r in rows.items() if k not in ("magis", "eager")
+              and r.get("peak_at_10pct") is not None]
+    best = min(others, default=(None, None))
+    ratio = mine / best[0] if mine is not None and best[0] else None
+    return {"model": m["model"], "magis": mine, "best": best[0], "best_method": best[1], "ratio": ratio}
+
+
+def format_summary(models: list[dict]) -> str:
+    lines = [f"{'model':14s} {'size':28s} {'ops':>6s} {'floor':>6s} {'MAGIS@10%':>9s} {'best other @10%':>24s} "
+             f"{'ratio':>6s}  ops without dim links"]
+    for m in models:
+        v = versus(m)
+        mine = f"{v['magis']:.3f}x" if v["magis"] is not None else "-"
+        best = f"{v['best_method']} {v['best']:.3f}x" if v["best"] is not None else "-"
+        ratio = f"{v['ratio']:.2f}" if v["ratio"] is not None else "-"
+        lines.append(f"{m['model']:14s} {m['size'][:28]:28s} {m['ops']:6d} {m['floor_ratio']:5.2f}x {mine:>9s} "
+                     f"{best:>24s} {ratio:>6s}  {', '.join(m['no_dim_links']) or 'none'}")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--models", default=",".join(zoo.NAMES), help=f"of {','.join(zoo.NAMES)}")
+    ap.add_argument("--methods", default=",".join(default_methods()))
+    ap.add_argument("--time-budget", type=float, default=20.0, help="seconds per method and model")
+    ap.add_argument("--device", default="rtx3090")
+    ap.add_argument("--tiny", action="store_true", help="the tiny variants (a smoke test)")
+    ap.add_argument("--json", type=Path, default=None)
+    a = ap.parse_args(argv)
+    names = [n for n in a.models.split(",") if n]
+    unknown = [n for n in names if n not in zoo.BY_NAME]
+    if unknown:
+        ap.error(f"unknown zoo models: {', '.join(unknown)} (known: {', '.join(zoo.NAMES)})")
+    methods = [m for m in a.methods.split(",") if m]
+    say = functools.partial(print, file=sys.stderr, flush=True)
+    models, failed = [], []
+    for name in names:
+        say(f"== {name}")
+        try:
+            models.append(run_model(name, tiny=a.tiny, methods=methods, budget=a.time_budget, device=a.device,
+                                    say=say))
+        except Exception as e:  # noqa: BLE001 -- a model that does not import is a row with its reason
+            failed.append({"model": name, "error": f"{type(e).__name__}: {str(e).splitlines()[0][:300]}"})
+            say(f"{name}: failed: {failed[-1]['error']}")
+    print(f"{a.device}; every method {a.time_budget:g} s per model; ratios against PyTorch eager of the same run; "
+          f"latencies are the analytic model's predictions")
+    print(format_table([r for m in models for r in m["rows"]], [f for m in models for f in m["failures"]]))
+    print()
+    print(format_summary(models))
+    for f in failed:
+        print(f"{f['model']}: not run: {f['error']}")
+    if a.json:
+        a.json.parent.mkdir(parents=True, exist_ok=True)
+        a.json.write_text(json.dumps({"device": a.device, "time_budget": a.time_budget, "tiny": a.tiny,
+                                      "methods": methods, "models": models, "not_run": failed,
+                                      "versus": [versus(m) for m in models]}, indent=1, default=str))
+        print(f"wrote {a.json}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
