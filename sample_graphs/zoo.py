@@ -256,7 +256,7 @@ ZOO: list[ZooModel] = [
         "ResNet", dict(layer_type="basic", depths=[2, 2, 2, 2], hidden_sizes=[64, 128, 256, 512], num_labels=1000),
         dict(layer_type="basic", depths=[1, 1], hidden_sizes=[8, 16], embedding_size=8, num_labels=10,
              image_size=32), 128, "ResNet-18"), "ResNet-18"),
-    ZooModel("mobilenet_v2", "MobileNetV2", "vision", _vision(
+    ZooModel("mobilenetv2", "MobileNetV2", "vision", _vision(
         "MobileNetV2", dict(num_labels=1000),
         dict(depth_multiplier=0.25, num_labels=10, image_size=32), 128, "MobileNetV2 1.0"), "MobileNetV2"),
     ZooModel("efficientnet", "EfficientNet", "vision", _vision(
