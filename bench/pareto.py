@@ -26,6 +26,7 @@ convergence, as PNG and HTML.
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import sys
 from pathlib import Path
@@ -159,18 +160,22 @@ def main(argv: list[str] | None = None) -> int:
         w = run_workload(name, device=a.device, methods=methods, time_budget=a.time_budget,
                          peer_budget=a.peer_budget, checkmate_time_limit=a.checkmate_time_limit,
                          checkmate_max_vars=a.checkmate_max_vars, progress=lambda s: print(s, flush=True))
-        workloads.append(w)
+        # keep the JSON form only: a workload's plans and graph would stay on the heap (and in every
+        # garbage collection) while the next workloads' time-bounded searches run
+        workloads.append(to_json(w))
         rows += rows_of(w)
         failures += failures_of(w)
+        del w
+        gc.collect()
         if not a.no_plots:
-            for p in plot_workload(a.plots, to_json(w), _subtitle(conf)):
+            for p in plot_workload(a.plots, workloads[-1], _subtitle(conf)):
                 print(f"wrote {p}", flush=True)
     print()
     print(header)
     print(format_table(rows, failures))
     if a.json:
         a.json.parent.mkdir(parents=True, exist_ok=True)
-        doc = {**conf, "rows": rows, "failures": failures, "workloads": [to_json(w) for w in workloads]}
+        doc = {**conf, "rows": rows, "failures": failures, "workloads": workloads}
         tmp = a.json.with_suffix(a.json.suffix + ".tmp")
         tmp.write_text(json.dumps(doc, indent=1))
         tmp.replace(a.json)
