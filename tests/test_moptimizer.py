@@ -266,6 +266,7 @@ def test_batch_fission_splits_every_state_of_the_remat_chain_and_replays():
     g = load_sample_graph("unet_tiny")
     cost = AnalyticCost("rtx3090")
     m, end, kids = _batch_fission_children(g, cost)
+    assert m.batch_splits()
     chain = [m.root, *end.path()]
     assert 2 <= len(chain) <= 24 and len(end.path()) >= 4
     assert all(c.app.rule == "fission" and c.hash in m.seen for c in kids)
@@ -293,6 +294,7 @@ def test_batch_fission_leaves_a_batch_norm_model_after_one_check():
     m = MOptimizer(g)
     end = m.remat_steps(m.root, time_budget=10)
     before = len(m.seen)
+    assert not m.batch_splits()  # so the warm start gives batch_fission no share
     assert m.batch_fission(end, time_budget=60) == [] and len(m.seen) == before
 
 

@@ -142,6 +142,7 @@ class MOptimizer:
         # the Pareto sweep's current search, for a caller that shows progress: (k, n, limit bytes) --
         # the k-th search (1-based) of the sweep's n fixed limits, k > n for a search of a frontier gap
         self.sweep_at: tuple[int, int, int] | None = None
+        self._batch_splits: bool | None = None  # ``batch_splits``, checked once
         self.pareto_archive: ParetoArchive[MState] = ParetoArchive(lambda s: vector(s.metrics, FRONT))
         self.pareto_archive.add(self.root)
 
@@ -205,7 +206,8 @@ class MOptimizer:
         res = greedy_fission(self.imported, self.order, self.cost, time_budget=(1 - REMAT_SHARE) * time_budget,
                              ftree=self.ftree)
         s = self.seed(res.applications, alternatives(res))
-        rest = 1 - SWAP_SHARE - BATCH_SHARE  # the Remat steps' share; the batch F-Trans's comes after it
+        batch = BATCH_SHARE if self.batch_splits() else 0.0
+        rest = 1 - SWAP_SHARE - batch  # the Remat steps' share; the batch F-Trans's comes after it
         end = chain = self.remat_steps(s, (time_budget * rest - (time.perf_counter() - t0)) / 2)
         if s is not self.root:  # fission can leave the peak where no tensor is recomputable
             chain = self.remat_steps(self.root, time_budget * rest - (time.perf_counter() - t0))
@@ -221,6 +223,16 @@ class MOptimizer:
             left = time_budget - (time.perf_counter() - t0)
             self.remat_steps(st, left / (len(starts) - i), step_rules=("swap", "swap_late"))
         return end
+
+    def batch_splits(self) -> bool:
+        """Whether the imported graph's batch splits (``peers.microbatch.batch_split``): where it
+        does not, no state of a Remat chain splits, and ``batch_fission``'s share of the warm
+        start goes to the Remat steps."""
+        from .peers.microbatch import batch_split
+
+        if self._batch_splits is None:
+            self._batch_splits = batch_split(self.imported, self.order)[0] is not None
+        return self._batch_splits
 
     def batch_fission(self, end: MState, time_budget: float, depths: int = BATCH_DEPTHS,
                       slow: float = BATCH_SLOW) -> list[MState]:
