@@ -260,7 +260,8 @@ ZOO: list[ZooModel] = [
         "MobileNetV2", dict(num_labels=1000),
         dict(depth_multiplier=0.25, num_labels=10, image_size=32), 128, "MobileNetV2 1.0"), "MobileNetV2"),
     ZooModel("efficientnet", "EfficientNet", "vision", _vision(
-        "EfficientNet", dict(num_labels=1000, hidden_dim=1280),  # B0's head: 1280 channels
+        "EfficientNet", dict(width_coefficient=1.0, depth_coefficient=1.0, image_size=224, hidden_dim=1280,
+                             num_labels=1000),  # B0 (the config's defaults are B7's)
         dict(width_coefficient=0.1, depth_coefficient=0.1, num_labels=10, image_size=32, hidden_dim=128), 64,
         "EfficientNet-B0"), "EfficientNet-B0"),
     ZooModel("regnet", "RegNet", "vision", _vision(
