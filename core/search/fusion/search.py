@@ -131,7 +131,7 @@ class PlanSearch:
         cuts = cuts | self.forced
         groups: list[Group] = []
         for gr in decode(self.p, cuts):
-            if self.p.valid(gr, self.beta):
+            if len(gr) == 1 or self.p.valid(gr, self.beta):  # valid, or unfixable alone
                 groups.append(gr)
             elif self.splitter.explainer is not None and gr in self._repaired:
                 groups += self._repaired[gr]

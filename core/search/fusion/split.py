@@ -64,6 +64,7 @@ class SplitStats:
 
     invalid: int = 0
     rectified: int = 0
+    one_cut: int = 0  # rectified by the first explanation's best cut alone (category 1 at the top)
     unfixable: int = 0
     explanations: int = 0
     memo_hits: int = 0
@@ -77,6 +78,7 @@ class SplitStats:
     def as_dict(self) -> dict[str, float]:
         d = dict(self.__dict__)
         d["rectify_rate"] = self.rectify_rate
+        d["one_cut_rate"] = self.one_cut / self.invalid if self.invalid else 1.0
         return d
 
 
@@ -88,7 +90,7 @@ class Splitter:
     beta: float
     explainer: Explainer | None = None
     seed: int = 0
-    top_k: int = 3  # explanation edges asked for per group
+    top_k: int = 6  # explanation edges asked for per group
     max_depth: int = 3  # rounds of explanation before a group counts as not rectified
     category3_cuts: int = 2  # cuts of category 3 recursed into
     stats: SplitStats = field(default_factory=SplitStats)
@@ -104,12 +106,11 @@ class Splitter:
         """Valid groups covering ``group`` (an unfixable one-op group is returned as it is)."""
         if self.valid(group):
             return [group]
+        if len(group) == 1:  # unfixable: not an invalid group a split could fix
+            self.stats.unfixable += 1
+            return [group]
         t0 = time.perf_counter()
         self.stats.invalid += 1
-        if len(group) == 1:
-            self.stats.unfixable += 1
-            self.stats.seconds += time.perf_counter() - t0
-            return [group]
         if self.explainer is None:
             parts, ok = self.random_split(group), True
         else:
@@ -156,6 +157,7 @@ class Splitter:
             elif not s1:
                 (s2 if any(ok) else s3).append(parts)
         if s1:  # preferred: every part valid, least DRAM
+            self.stats.one_cut += depth == 0
             return min(s1, key=p.total_dram), True
         if s2:  # the largest valid side, recurse on the rest
             def key(parts: list[Group]) -> tuple[int, float]:
