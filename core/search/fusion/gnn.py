@@ -11,7 +11,7 @@ A node's pooled embedding is weighted by the mean mask of its edges, so masking 
 removes it from the explanation subgraph.
 
 Training data: groups sampled from the problems' graphs (random windows of the topological order,
-their weakly connected components) with beta drawn log-uniformly in [32 KiB, 2 MiB], labelled by
+their weakly connected components) with beta drawn log-uniformly in [32 KiB, 2 MiB] or near the group's own need, labelled by
 F_beta; 20% are held out and the model's held-out accuracy is reported.  Training takes seconds on
 a CPU; the weights are cached on disk (``$MAGIS_CACHE`` or ``~/.cache/magis``, ``fusion/``) keyed by
 the graphs, the scheme and the settings, so a graph trains once.
@@ -35,7 +35,7 @@ from torch import nn
 from .problem import OP_CLASSES, FusionProblem, Group
 from .split import Edge, Explainer
 
-MODEL_VERSION = 1
+MODEL_VERSION = 2
 N_FEATURES = 10 + len(OP_CLASSES)
 
 
@@ -114,7 +114,9 @@ class ValidityModel:
 
 def sample_groups(problem: FusionProblem, rng: np.random.Generator, count: int,
                   max_size: int = 40) -> list[tuple[Group, float]]:
-    """``count`` (group, beta) pairs: components of random windows of the topological order."""
+    """``count`` (group, beta) pairs: components of random windows of the topological order; beta
+    log-uniform in [32 KiB, 2 MiB] for half of them, within a factor 2 of the group's F_beta for the
+    other half (so that both classes are well represented)."""
     out: list[tuple[Group, float]] = []
     n = problem.n
     while len(out) < count:
@@ -122,7 +124,11 @@ def sample_groups(problem: FusionProblem, rng: np.random.Generator, count: int,
         start = int(rng.integers(0, n - length + 1))
         comps = problem.components(range(start, start + length))
         group = comps[int(rng.integers(len(comps)))]
-        beta = float(2 ** rng.uniform(15, 21))
+        need = problem.buffer(group)
+        if len(out) % 2 or not math.isfinite(need) or need <= 0:
+            beta = float(2 ** rng.uniform(15, 21))
+        else:  # near the group's own need: the examples that teach the boundary
+            beta = float(need * 2 ** rng.uniform(-1, 1))
         out.append((group, beta))
     return out
 

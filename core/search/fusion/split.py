@@ -90,7 +90,8 @@ class Splitter:
     beta: float
     explainer: Explainer | None = None
     seed: int = 0
-    top_k: int = 6  # explanation edges asked for per group
+    top_k: int = 6  # at most this many explanation edges per group ...
+    top_frac: float = 1.0  # ... and at most this fraction of its edges (at least one)
     max_depth: int = 3  # rounds of explanation before a group counts as not rectified
     category3_cuts: int = 2  # cuts of category 3 recursed into
     stats: SplitStats = field(default_factory=SplitStats)
@@ -138,7 +139,9 @@ class Splitter:
         if depth >= self.max_depth:
             return self.random_split(group), False
         t0 = time.perf_counter()
-        edges = self.explainer(self.problem, group, self.beta, self.top_k)
+        n_edges = sum(1 for v in group for u in self.problem.preds[v] if u in group)
+        k = max(1, min(self.top_k, round(self.top_frac * n_edges)))
+        edges = self.explainer(self.problem, group, self.beta, k)
         self.stats.explanations += 1
         self.stats.explain_seconds += time.perf_counter() - t0
         result = self._choose(group, candidate_cuts(self.problem, group, edges), depth)
