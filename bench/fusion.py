@@ -4,7 +4,7 @@ MobileNetV2-style forward graphs (batch 1, float32), buffers of 128/256/512 KiB,
 For every (graph, scheme, buffer) and every search (random, local, NSGA-II on DRAM and the number of
 groups), the DRAM traffic of the best plan after 1k and 4k plans (one run of 4k plans, its curve read
 at 1k), with invalid groups split at random (the searches' baseline) or by GET's tree split guided by
-the gradient explainer or by the oracle (F_beta itself); GNNExplainer-guided searches on
+the gradient explainer (with ``--oracle-searches``, also by the oracle: F_beta itself); GNNExplainer-guided searches on
 EfficientNet-B3 / LBDF / 256 KiB (it is ~25x slower per explanation).  Then the fraction of invalid
 groups each explainer rectifies (100 invalid groups sampled from random plans per configuration),
 the validity classifiers' held-out accuracy (one per scheme, trained on groups of the three graphs),
@@ -67,14 +67,16 @@ def invalid_groups(p: FusionProblem, beta: float, count: int, seed: int) -> list
     return out[:count]
 
 
-def run_config(job: tuple[str, str, int, list[int], int]) -> dict:
-    name, scheme, kib, budgets, rectify_groups = job
+def run_config(job: tuple[str, str, int, list[int], int, bool]) -> dict:
+    name, scheme, kib, budgets, rectify_groups, oracle_searches = job
     torch.set_num_threads(1)
     beta = kib * KIB
     ps = problems(scheme)
     p = ps[GRAPHS.index(name)]
     model = validity_model(ps)  # cached by the main process
-    explainers = {"none": None, "grad": gradient_explainer(model), "oracle": oracle_explainer}
+    explainers = {"none": None, "grad": gradient_explainer(model)}
+    if oracle_searches:
+        explainers["oracle"] = oracle_explainer
     row: dict = {"graph": name, "scheme": scheme, "buffer_kib": kib, "ops": p.n,
                  "unfusable": len(p.unfusable(beta)), "trivial_dram": p.total_dram(p.trivial()), "search": {}}
     runs = [(s, e, max(budgets)) for s in SEARCHES for e in explainers]
@@ -113,6 +115,7 @@ def main() -> None:
     ap.add_argument("--graphs", default=",".join(GRAPHS))
     ap.add_argument("--schemes", default=",".join(SCHEMES))
     ap.add_argument("--rectify-groups", type=int, default=100)
+    ap.add_argument("--oracle-searches", action="store_true", help="also run the searches split by the oracle")
     ap.add_argument("--jobs", type=int, default=2)
     ap.add_argument("--json", default="bench/results/fusion.json")
     a = ap.parse_args()
@@ -126,13 +129,16 @@ def main() -> None:
                                "train_seconds": m.seconds, "cached": m.cached}
         print(f"classifier {scheme}: held-out accuracy {m.accuracy:.1%} (majority class {m.majority:.1%}), "
               f"{m.samples} groups, {'cached' if m.cached else f'trained in {m.seconds:.1f} s'}", flush=True)
-    jobs = [(g, s, int(b), budgets, a.rectify_groups) for g in a.graphs.split(",") for s in a.schemes.split(",")
+    jobs = [(g, s, int(b), budgets, a.rectify_groups, a.oracle_searches) for g in a.graphs.split(",") for s in a.schemes.split(",")
             for b in a.betas.split(",")]
     rows = []
     with get_context("fork").Pool(a.jobs) as pool:
         for row in pool.imap(run_config, jobs):
             rows.append(row)
             print(f"done {row['graph']} {row['scheme']} {row['buffer_kib']} KiB", flush=True)
+            Path(a.json).parent.mkdir(parents=True, exist_ok=True)  # what is done so far, if stopped
+            Path(a.json).write_text(json.dumps({"budgets": budgets, "classifiers": classifiers, "rows": rows,
+                                                "partial": True}, indent=1))
     seconds = time.perf_counter() - t_start
     report(rows, classifiers, budgets, seconds)
     Path(a.json).parent.mkdir(parents=True, exist_ok=True)
@@ -143,7 +149,7 @@ def main() -> None:
 
 def report(rows: list[dict], classifiers: dict, budgets: list[int], seconds: float) -> None:
     lo, hi = str(min(budgets)), str(max(budgets))
-    print(f"\nDRAM traffic of the best plan (MB), random split / gradient-guided / oracle-guided, "
+    print(f"\nDRAM traffic of the best plan (MB), random split / gradient-guided (/ oracle-guided), "
           f"after {lo} and {hi} plans")
     head = f"{'graph':<16}{'scheme':<6}{'KiB':>5}{'unfused':>9}{'trivial':>9}"
     for s in SEARCHES:
@@ -154,7 +160,8 @@ def report(rows: list[dict], classifiers: dict, budgets: list[int], seconds: flo
         line = f"{r['graph']:<16}{r['scheme']:<6}{r['buffer_kib']:>5}{r['unfusable']:>9}{r['trivial_dram'] / MB:>9.1f}"
         for s in SEARCHES:
             for b in (lo, hi):
-                vals = [r["search"][f"{s}/{e}"]["best"][b] / MB for e in ("none", "grad", "oracle")]
+                vals = [r["search"][f"{s}/{e}"]["best"][b] / MB for e in ("none", "grad", "oracle")
+                        if f"{s}/{e}" in r["search"]]
                 line += f" {'/'.join(f'{v:.1f}' for v in vals):>22}"
                 checks["never_worse"][0] += vals[1] <= vals[0] + 1e-9
                 checks["never_worse"][1] += 1
