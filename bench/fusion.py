@@ -67,8 +67,8 @@ def invalid_groups(p: FusionProblem, beta: float, count: int, seed: int) -> list
     return out[:count]
 
 
-def run_config(job: tuple[str, str, int, list[int], int, bool]) -> dict:
-    name, scheme, kib, budgets, rectify_groups, oracle_searches = job
+def run_config(job: tuple[str, str, int, list[int], int, bool, int, bool]) -> dict:
+    name, scheme, kib, budgets, rectify_groups, oracle_searches, top_k, rectify_only = job
     torch.set_num_threads(1)
     beta = kib * KIB
     ps = problems(scheme)
@@ -79,8 +79,8 @@ def run_config(job: tuple[str, str, int, list[int], int, bool]) -> dict:
         explainers["oracle"] = oracle_explainer
     row: dict = {"graph": name, "scheme": scheme, "buffer_kib": kib, "ops": p.n,
                  "unfusable": len(p.unfusable(beta)), "trivial_dram": p.total_dram(p.trivial()), "search": {}}
-    runs = [(s, e, max(budgets)) for s in SEARCHES for e in explainers]
-    if (name, scheme, kib) == GNN_CONFIG:
+    runs = [] if rectify_only else [(s, e, max(budgets)) for s in SEARCHES for e in explainers]
+    if (name, scheme, kib) == GNN_CONFIG and not rectify_only:
         explainers["gnn"] = gnn_explainer(model)
         runs += [(s, "gnn", min(budgets)) for s in SEARCHES]
     for search, ex, budget in runs:
@@ -94,12 +94,12 @@ def run_config(job: tuple[str, str, int, list[int], int, bool]) -> dict:
             "invalid": sp.stats.invalid, "rectify_rate": sp.stats.rectify_rate,
             "seconds": time.perf_counter() - t0}
     groups = invalid_groups(p, beta, rectify_groups, seed=1)
-    rect: dict = {"groups": len(groups), "mean_size": float(np.mean([len(x) for x in groups])) if groups else 0.0}
+    rect: dict = {"top_k": top_k, "groups": len(groups), "mean_size": float(np.mean([len(x) for x in groups])) if groups else 0.0}
     base = Splitter(p, beta, None, seed=0)
     rect["random_split_dram"] = sum(p.total_dram(base.repair(x)) for x in groups)
     for ex_name, ex in (("gnn", gnn_explainer(model)), ("grad", gradient_explainer(model)),
                         ("oracle", oracle_explainer), ("random", random_explainer(0))):
-        sp = Splitter(p, beta, ex, seed=0)
+        sp = Splitter(p, beta, ex, seed=0, top_k=top_k)
         t0 = time.perf_counter()
         dram = sum(p.total_dram(sp.repair(x)) for x in groups)
         rect[ex_name] = {"rectify_rate": sp.stats.rectify_rate, "one_cut_rate": sp.stats.as_dict()["one_cut_rate"],
@@ -115,6 +115,8 @@ def main() -> None:
     ap.add_argument("--graphs", default=",".join(GRAPHS))
     ap.add_argument("--schemes", default=",".join(SCHEMES))
     ap.add_argument("--rectify-groups", type=int, default=100)
+    ap.add_argument("--top-k", type=int, default=6, help="explanation edges per group (default: %(default)s)")
+    ap.add_argument("--rectify-only", action="store_true", help="only the rectify rates (no searches)")
     ap.add_argument("--oracle-searches", action="store_true", help="also run the searches split by the oracle")
     ap.add_argument("--jobs", type=int, default=2)
     ap.add_argument("--json", default="bench/results/fusion.json")
@@ -129,7 +131,7 @@ def main() -> None:
                                "train_seconds": m.seconds, "cached": m.cached}
         print(f"classifier {scheme}: held-out accuracy {m.accuracy:.1%} (majority class {m.majority:.1%}), "
               f"{m.samples} groups, {'cached' if m.cached else f'trained in {m.seconds:.1f} s'}", flush=True)
-    jobs = [(g, s, int(b), budgets, a.rectify_groups, a.oracle_searches) for g in a.graphs.split(",") for s in a.schemes.split(",")
+    jobs = [(g, s, int(b), budgets, a.rectify_groups, a.oracle_searches, a.top_k, a.rectify_only) for g in a.graphs.split(",") for s in a.schemes.split(",")
             for b in a.betas.split(",")]
     rows = []
     with get_context("fork").Pool(a.jobs) as pool:
@@ -148,6 +150,15 @@ def main() -> None:
 
 
 def report(rows: list[dict], classifiers: dict, budgets: list[int], seconds: float) -> None:
+    if rows and rows[0]["search"]:
+        report_searches(rows, budgets)
+    report_rectify(rows)
+    for s, c in classifiers.items():
+        print(f"classifier {s}: held-out accuracy {c['accuracy']:.1%} (majority class {c['majority']:.1%})")
+    print(f"total {seconds:.0f} s")
+
+
+def report_searches(rows: list[dict], budgets: list[int]) -> None:
     lo, hi = str(min(budgets)), str(max(budgets))
     print(f"\nDRAM traffic of the best plan (MB), random split / gradient-guided (/ oracle-guided), "
           f"after {lo} and {hi} plans")
@@ -181,7 +192,14 @@ def report(rows: list[dict], classifiers: dict, budgets: list[int], seconds: flo
             best = min(v["best"][hi] for k, v in r["search"].items() if hi in v["best"] and not k.endswith("none"))
             print(f"  reduction against the unfused plan (best guided, {hi} plans): "
                   f"{1 - best / r['trivial_dram']:.1%}")
-    print("\nInvalid groups rectified by the explanation cuts (rectify rate; one-cut rate; seconds per group)")
+    nw, gb = checks["never_worse"], checks["guided_1k_beats_random_4k"]
+    print(f"gradient-guided <= random split: {nw[0]}/{nw[1]} (search x budget x configuration)")
+    print(f"gradient-guided at {lo} plans < random split at {hi} plans: {gb[0]}/{gb[1]}")
+
+
+def report_rectify(rows: list[dict]) -> None:
+    print(f"\nInvalid groups rectified by the explanation cuts (at most {rows[0]['rectify'].get('top_k', 6)} explanation "
+          "edges per group; rectify rate, one-cut rate, seconds per group)")
     print(f"{'graph':<16}{'scheme':<6}{'KiB':>5}{'groups':>7}{'size':>6}" + "".join(
         f"{e:>24}" for e in ("gnn", "grad", "oracle", "random")))
     rates: dict[str, list[float]] = {e: [] for e in ("gnn", "grad", "oracle", "random")}
@@ -195,12 +213,8 @@ def report(rows: list[dict], classifiers: dict, budgets: list[int], seconds: flo
             line += f"{rc[e]['rectify_rate']:>9.0%}{rc[e]['one_cut_rate']:>6.0%}{per * 1e3:>7.1f}ms"
         print(line)
     print("  mean rectify rate: " + ", ".join(f"{e} {np.mean(v):.0%} (min {min(v):.0%})" for e, v in rates.items() if v))
-    for s, c in classifiers.items():
-        print(f"classifier {s}: held-out accuracy {c['accuracy']:.1%} (majority class {c['majority']:.1%})")
-    nw, gb = checks["never_worse"], checks["guided_1k_beats_random_4k"]
-    print(f"gradient-guided <= random split: {nw[0]}/{nw[1]} (search x budget x configuration)")
-    print(f"gradient-guided at {lo} plans < random split at {hi} plans: {gb[0]}/{gb[1]}")
-    print(f"total {seconds:.0f} s")
+    print("  DRAM of the repaired groups (MB): random split " + f"{sum(r['rectify']['random_split_dram'] for r in rows) / MB:.1f}, "
+          + ", ".join(f"{e} {sum(r['rectify'][e]['dram'] for r in rows) / MB:.1f}" for e in rates))
 
 
 if __name__ == "__main__":

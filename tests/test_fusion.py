@@ -180,3 +180,25 @@ def test_searches_are_deterministic_valid_and_never_worse_than_trivial():
             assert check_plan(p, a.groups) == [] and all(p.valid(x, 150) for x in a.groups)
             assert a.dram <= a.trivial_dram and a.plans == 40
             assert all(x >= y for x, y in zip(a.curve, a.curve[1:], strict=False))
+
+
+# ---- BRR ---------------------------------------------------------------------------------------
+def test_brr_live_lines_plus_one_weight_tile():
+    p = FusionProblem(chain().graph, "brr")
+    # held lines plus the line being written: at A x + a + a; at B a + b + b (the peak); at C b + c
+    assert p.buffer(frozenset(range(3))) == (8 + 16 + 16) + 20  # one tile: the largest layer's weights
+    assert p.buffer(fs(0)) == 4 + 8 + 10
+
+
+def test_brr_refuses_a_squeeze_excite_gate_inside_the_group():
+    from tests.hand_graphs import G
+
+    b = G()
+    x = b.input("x", (1, 4, 8, 8))
+    s = b.op("s", "aten.mean.dim", [x, [2, 3], True], (1, 4, 1, 1))
+    g = b.op("g", "aten.sigmoid.default", [s], (1, 4, 1, 1))
+    b.op("y", "aten.mul.Tensor", [x, g], (1, 4, 8, 8), output=True)
+    p = FusionProblem(b.g, "brr")
+    assert p.buffer(frozenset(range(3))) == float("inf")  # the gate is computed in the group
+    assert p.buffer(fs(2)) < float("inf") and p.buffer(fs(0, 1)) < float("inf")
+    assert FusionProblem(b.g, "lbdf").buffer(frozenset(range(3))) < float("inf")

@@ -16,7 +16,8 @@ for F_beta; ours (see ``notes/get-fusion.md``), per scheme:
   for as many lines as the layers between its readers consume (the sum of their ``k_h``).
 * **BRR** (branch requirement reduction): weights streamed one layer at a time (one weight tile: the
   largest layer's weights) plus the largest set of simultaneously live feature-map lines over the
-  group's order; a group holding a squeeze-excite gate (a ``mul`` by a ``[N, C, 1, 1]`` tensor computed
+  group's order (a map read in the group holds ``k_h`` lines of its reader from its producer to its
+  last reader, and each op also holds the line it is writing); a group holding a squeeze-excite gate (a ``mul`` by a ``[N, C, 1, 1]`` tensor computed
   in the group) is invalid (paper section II: BRR is not compatible with squeeze-and-excite).
 
 Every term of LBDF's F_beta only grows when a weakly connected sub-group grows, so every weakly
@@ -293,7 +294,7 @@ class FusionProblem:
         peak = 0
         for i, v in enumerate(order):
             live = sum(self.tensor_line[t] * k[t] for t in first if first[t] <= i <= last[t])
-            live += sum(self.tensor_line[t] for t in self.writes[v])
+            live += sum(self.tensor_line[t] for t in self.writes[v])  # the line being written
             peak = max(peak, live)
         tile = max((sum(self.weight_bytes[w] for w in self.weights[v]) for v in group), default=0)
         return peak + tile
