@@ -202,3 +202,28 @@ def test_brr_refuses_a_squeeze_excite_gate_inside_the_group():
     assert p.buffer(frozenset(range(3))) == float("inf")  # the gate is computed in the group
     assert p.buffer(fs(2)) < float("inf") and p.buffer(fs(0, 1)) < float("inf")
     assert FusionProblem(b.g, "lbdf").buffer(frozenset(range(3))) < float("inf")
+
+
+def test_split_results_are_memoised_per_group():
+    p = residual()
+    calls = []
+
+    def explainer(problem, group, beta, k):
+        calls.append(group)
+        return oracle_explainer(problem, group, beta, k)
+
+    sp = Splitter(p, 150, explainer)
+    first = sp.split_once(frozenset(range(5)))
+    assert sp.split_once(frozenset(range(5))) == first
+    assert len(calls) == 1 and sp.stats.memo_hits == 1 and sp.stats.explanations == 1
+
+
+def test_fused_groups_lower_the_roofline_latency_and_nsga2_keeps_a_front():
+    from core.search.fusion.search import plan_latency
+
+    p = chain()
+    assert plan_latency(p, [frozenset(range(3))]) < plan_latency(p, p.trivial())
+    r = run_search(p, 10**6, "nsga2", Splitter(p, 10**6), 40, seed=0, second="latency")
+    assert r.front and r.front[0][0] == r.dram  # the front's least-DRAM end is the best plan
+    for a in r.front:  # non-dominated
+        assert not any(b != a and b[0] <= a[0] and b[1] <= a[1] for b in r.front)
