@@ -8,6 +8,7 @@
     magis verify SPEC [--schedule NAME] [--graph FILE] eager PyTorch vs exported script: errors and peaks
     magis sweep W1,W2 --memory-limits 0.8,8GiB -o DIR  optimize workloads x limits x devices in parallel
     magis compare FILE [--methods M,...] -o PLAN       every method on one graph: one plan file, one table
+    magis fuse FILE --buffer 256KiB -o PLAN            layer fusion under an on-chip buffer (GET)
     magis app [FILE] [--sample NAME] [--port N]        the web app (127.0.0.1 by default)
 
 Errors a user can cause print as one line on stderr (exit status 2), never a traceback.  Exit
@@ -689,11 +690,43 @@ def _plan_options(s: argparse.ArgumentParser, what: str) -> None:
                         f"plan file's")
 
 
+def cmd_fuse(a: argparse.Namespace) -> dict[str, Any]:
+    """``magis fuse``: a layer-fusion plan under an on-chip buffer (``core.search.fusion``), written to
+    ``-o`` and printed as a summary or JSON."""
+    from core.fmt import parse_bytes
+    from core.search.fusion import fuse
+
+    if not Path(a.file).exists() and a.file in sample_graphs.FORWARD_NAMES:
+        from sample_graphs.store import load_sample_graph
+
+        g = load_sample_graph(a.file, "forward")
+    else:
+        g = load_graph(a.file)
+    say = lambda msg: print(msg, file=sys.stderr, flush=True)  # noqa: E731
+    plan = fuse(g, parse_bytes(a.buffer), a.scheme, a.search, a.explainer, a.plans, seed=a.seed,
+                second=a.objective, strict=a.strict, progress=None if a.json else say)
+    res = plan.to_json()
+    tmp = a.output.with_name(f".{a.output.name}.tmp")
+    try:
+        tmp.write_text(json.dumps(res, indent=1))
+        os.replace(tmp, a.output)
+    finally:
+        tmp.unlink(missing_ok=True)
+    if a.json:
+        print(json.dumps({k: v for k, v in res.items() if k != "groups"} | {"output": str(a.output)}, indent=1))
+    else:
+        for line in plan.summary().splitlines():
+            print(terminal_safe(line))
+        print(f"wrote {terminal_safe(a.output)}")
+    return res
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The ``magis`` argument parser; each sub-command sets ``fn`` to its ``cmd_*`` function.  The
     valid names of ``--device``, ``--method`` and ``--schedule`` come from their registries."""
     from core.cost.devices import DEFAULT_PROFILE, DEVICES
     from core.schedule.registry import SCHEDULERS
+    from core.search import fusion
     from core.search.methods import METHODS
 
     devices = f"device profile for the latency estimate: {_names(DEVICES)} (default: %(default)s)"
@@ -857,6 +890,32 @@ def build_parser() -> argparse.ArgumentParser:
                      "model file's training step captured as `magis import` does; or --graph)")
     s.add_argument("--json", action="store_true", help="print the full report as JSON instead of the summary")
     s.set_defaults(fn=cmd_verify)
+
+    s = sub.add_parser("fuse", help="layer fusion under an on-chip buffer, splits guided by graph explanations (GET)",
+                       description="Partition an inference graph into fusion groups whose on-chip need fits "
+                                   "the buffer, least DRAM traffic; invalid groups are split where an explainer "
+                                   "of a GNN validity classifier points (GET). Writes the plan as JSON.")
+    s.add_argument("file", metavar="FILE", help="a graph file (a forward graph: `magis import X --forward`), or "
+                                                f"a sample name ({', '.join(sample_graphs.FORWARD_NAMES)})")
+    s.add_argument("--buffer", required=True, metavar="SIZE", help="on-chip buffer, e.g. 256KiB")
+    s.add_argument("--scheme", default="lbdf", metavar="NAME",
+                   help=f"fusion scheme: {_names(fusion.SCHEMES)} (branch requirement reduction, line-buffer "
+                        "depth-first) (default: %(default)s)")
+    s.add_argument("--search", default="local", metavar="NAME",
+                   help=f"plan search: {_names(fusion.SEARCHES)} (default: %(default)s)")
+    s.add_argument("--explainer", default="grad", metavar="NAME",
+                   help=f"how invalid groups are split: {_names(fusion.SPLITTERS)} (GNNExplainer, gradient "
+                        "saliency, a random split without explanation, F_beta itself, random edges) "
+                        "(default: %(default)s)")
+    s.add_argument("--plans", type=int, default=1000, metavar="N", help="plan budget (default: %(default)s)")
+    s.add_argument("--objective", default="groups", metavar="NAME",
+                   help="NSGA-II's second objective: groups or latency (default: %(default)s)")
+    s.add_argument("--seed", type=int, default=0, help="random seed (default: %(default)s)")
+    s.add_argument("--strict", action="store_true",
+                   help="fail when a single op does not fit the buffer (default: leave it unfused, listed)")
+    s.add_argument("-o", "--output", required=True, type=Path, metavar="PLAN", help="the plan file to write (JSON)")
+    s.add_argument("--json", action="store_true", help="print the result as one JSON object (groups in PLAN)")
+    s.set_defaults(fn=cmd_fuse)
 
     s = sub.add_parser("app", help="launch the web app")
     s.add_argument("file", nargs="?", default=None, metavar="FILE", help="a graph file to open")

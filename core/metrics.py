@@ -48,6 +48,8 @@ PEAK = register_metric(Metric("peak", "peak memory", "bytes", "the simulated pea
 LATENCY = register_metric(Metric("latency", "latency", "seconds", "the simulated time of one step"))
 HOST_BYTES = register_metric(Metric("host_bytes", "host memory", "bytes",
                                     "the peak of host memory held by swapped tensors"))
+DRAM = register_metric(Metric("dram", "DRAM traffic", "bytes",
+                              "bytes a fusion plan moves between DRAM and the on-chip buffer (GET's F_D)"))
 
 
 class HasMetrics:
@@ -80,5 +82,5 @@ def metrics(peak: int, latency: float, **others: float) -> dict[str, float]:
     return {"peak": int(peak), "latency": float(latency), **others}
 
 
-__all__ = ["HOST_BYTES", "HasMetrics", "LATENCY", "METRICS", "PEAK", "Metric", "Metrics", "get_metric", "metrics",
+__all__ = ["DRAM", "HOST_BYTES", "HasMetrics", "LATENCY", "METRICS", "PEAK", "Metric", "Metrics", "get_metric", "metrics",
            "register_metric"]

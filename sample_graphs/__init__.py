@@ -34,7 +34,7 @@ if TYPE_CHECKING:  # torch is imported by ``build`` only: listing names and path
 
     from .sample import Sample
 
-__all__ = ["NAMES", "Sample", "build"]
+__all__ = ["FORWARD_NAMES", "NAMES", "Sample", "build"]
 
 # name -> (builder module, builder function, small variant?); builders are called as fn(name, small)
 _REGISTRY: dict[str, tuple[str, str, bool]] = {
@@ -58,6 +58,15 @@ _REGISTRY: dict[str, tuple[str, str, bool]] = {
 
 NAMES: list[str] = sorted(_REGISTRY)
 
+# inference CNNs for layer fusion (``magis fuse``): forward graphs only, no loss, so they are not
+# among ``NAMES`` (whose samples all have training graphs); ``build`` knows them too
+_FORWARD_REGISTRY: dict[str, tuple[str, str, bool]] = {
+    "efficientnet_b3": ("fusion_cnns", "build_fusion_cnn", False),
+    "mobilenet_v2": ("fusion_cnns", "build_fusion_cnn", False),
+    "resnet152": ("fusion_cnns", "build_fusion_cnn", False),
+}
+FORWARD_NAMES: list[str] = sorted(_FORWARD_REGISTRY)
+
 
 def __getattr__(attr: str) -> Any:
     if attr == "Sample":
@@ -69,11 +78,12 @@ def __getattr__(attr: str) -> Any:
 
 def build(name: str, device: str | torch.device = "cpu") -> Sample:
     """Build sample ``name`` on ``device`` (seeded, so deterministic); ValueError for unknown names."""
-    if name not in _REGISTRY:
+    entry = _REGISTRY.get(name) or _FORWARD_REGISTRY.get(name)
+    if entry is None:
         raise ValueError(f"unknown sample {name!r}; valid names: {', '.join(NAMES)}")
     import torch
 
-    module_name, fn_name, tiny = _REGISTRY[name]
+    module_name, fn_name, tiny = entry
     # builders are imported lazily: ``import sample_graphs`` stays cheap (no transformers import)
     builder: Callable[[str, bool], Sample] = getattr(importlib.import_module(f"{__name__}.{module_name}"), fn_name)
     torch.manual_seed(0)
