@@ -24,7 +24,7 @@ def test_the_zoo_has_fifteen_families_beyond_the_samples():
     import sample_graphs
 
     assert len({m.family for m in zoo.ZOO}) >= 15 and len(zoo.NAMES) == len(set(zoo.NAMES))
-    assert not set(zoo.NAMES) & set(sample_graphs.NAMES)
+    assert not set(zoo.NAMES) & set(sample_graphs.NAMES + sample_graphs.FORWARD_NAMES)
     assert {m.kind for m in zoo.ZOO} == {"causal LM", "seq2seq", "vision", "diffusion"}
     with pytest.raises(ValueError, match="unknown zoo model 'nope'; known: opt"):
         zoo.build("nope")
