@@ -199,6 +199,7 @@ class SwapPlan:
     loads: list[tuple[int, int]] = field(default_factory=list)  # (tensor, consumer position)
     evictions: list[tuple[int, int, int]] = field(default_factory=list)  # (tensor, after position, store or -1)
     waits: list[tuple[int, int]] = field(default_factory=list)  # (program index, store it waits for)
+    times: list[tuple[float, float]] = field(default_factory=list)  # (start, end) per program entry
     compute: float = 0.0
     bytes_out: int = 0
     bytes_in: int = 0
@@ -335,6 +336,7 @@ def plan_swaps(p: SwapProblem, schedule: Sequence[int], alloc: Allocation | None
     dup = p.duplex
     program: list[tuple[str, int]] = []
     waits: list[tuple[int, int]] = []  # (program index, store): the compute stream waits for the copy first
+    times: list[tuple[float, float]] = []  # (start, end) of each program entry
     loaded_end: dict[int, float] = {}
     nxt = 0
     for s, o in enumerate(sched):
@@ -350,6 +352,7 @@ def plan_swaps(p: SwapProblem, schedule: Sequence[int], alloc: Allocation | None
             if not p.async_copies:
                 tc = to
             program.append(("out", k))
+            times.append((st, to))
         while nxt < len(order):
             i = order[nxt]
             t, cons, prereq, rel = loads[i]
@@ -369,12 +372,14 @@ def plan_swaps(p: SwapProblem, schedule: Sequence[int], alloc: Allocation | None
             if not p.async_copies:
                 tc = ti
             program.append(("in", i))
+            times.append((st, ti))
             nxt += 1
         for k in out_waits.get(s, ()):
             if st_end[k] > tc:
                 tc = st_end[k]
                 waits.append((len(program), k))
         dep = max((loaded_end.get(t, 0.0) for t in p.op_in[o]), default=0.0)
+        times.append((max(tc, dep), max(tc, dep) + p.time[o]))
         tc = max(tc, dep) + p.time[o]
         program.append(("op", s))
         for t in set(p.op_out[o]) | set(p.op_in[o]):
@@ -382,12 +387,14 @@ def plan_swaps(p: SwapProblem, schedule: Sequence[int], alloc: Allocation | None
     for k in after[n]:
         t = stores[k][0]
         dur = p.copy_time[t] * (dup if ti > max(to, tc) else 1.0)
+        times.append((max(to, tc), max(to, tc) + dur))
         to = max(to, tc) + dur
         program.append(("out", k))
     plan.feasible = True
     plan.time = max(tc, ti, to)
     plan.program = program
     plan.waits = waits
+    plan.times = times
     plan.stores = stores
     plan.drops = drops
     plan.loads = [(t, c) for t, c, _, _ in loads]
@@ -407,7 +414,7 @@ def _late_application(g: Graph, ref: TRef, split: float, pos: dict[int, float]) 
     remade: set[int] = set()
     for b in late:
         for x in g.preds(b):
-            while x in views and x not in remade and pos[x] < split:
+            while x in views and x not in remade and pos[x] <= split:
                 remade.add(x)
                 x = views[x]
     return Application(SwapLate.name, (ref.node, ref.index, len(late), *late,
