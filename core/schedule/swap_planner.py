@@ -5,7 +5,8 @@ the schedule.  Each tensor (a device storage an op owns: views share it) lives i
 size class while it is on the device.  When a tensor needs an object (it is produced, or it was
 swapped out and an op reads it) and its class has none free, the planner evicts from that class the
 resident tensor whose next use is furthest (Belady), preferring tensors last used at least as long
-ago (in compute time) as their swap-out takes, so that the swap-out could already have run; the
+ago (in compute time) as their swap-out (and the swap-in that takes their place) takes, so that the
+copies could already have run; the
 current op's tensors and graph outputs are never evicted.  A tensor that already has a valid host
 copy (it was swapped out before: tensors of a dataflow graph are never written again) is dropped
 without a copy; otherwise it is copied out.  Edges: last user -> swap-out(victim) -> swap-in(needed)
@@ -35,6 +36,8 @@ import math
 from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+
+import numpy as np
 
 from ..analysis.lifetimes import counted, storage_table
 from ..analysis.mempool import Allocation
@@ -126,32 +129,77 @@ class SwapProblem:
         """Per op the sizes of the tensors it must hold at once (reads and writes)."""
         return [[self.t_bytes[t] for t in set(self.op_in[o]) | set(self.op_out[o])] for o in range(self.n)]
 
-    def class_floor(self, sizes: Sequence[int], cls: Sequence[int]) -> list[int]:
-        """Per class the least objects with which the traced order can run: at some op, its own
-        tensors of the class plus the tensors of the class that are never evicted (graph outputs
-        made so far, storages the Swap rules cannot move) and still alive."""
+    def demand(self, sizes: Sequence[int]) -> np.ndarray:
+        """(ops x sizes) per op of the traced order the tensors of each size it must hold: its own
+        (reads and writes) plus those never evicted (graph outputs made so far, storages the Swap
+        rules cannot move) still alive.  Cached per ``sizes``."""
+        key = tuple(sizes)
+        cached = getattr(self, "_demand", None)
+        if cached is not None and cached[0] == key:
+            return cached[1]
         index = {b: i for i, b in enumerate(sizes)}
-        k = max(cls) + 1 if cls else 0
-        need = [1] * k
-        pinned = [0] * k
+        d = np.zeros((max(self.n, 1), len(sizes)), dtype=np.int32)
+        pinned = np.zeros(len(sizes), dtype=np.int32)
         die: dict[int, list[int]] = {}
         for o in range(self.n):
             for t in self.op_out[o]:
                 if self.t_pinned[t]:
-                    c = cls[index[self.t_bytes[t]]]
-                    pinned[c] += 1
-                    end = self.n if self.t_kept[t] else max([o, *self.t_users[t]])
-                    die.setdefault(end, []).append(c)
-            own = [0] * k
+                    k = index[self.t_bytes[t]]
+                    pinned[k] += 1
+                    die.setdefault(self.n if self.t_kept[t] else max([o, *self.t_users[t]]), []).append(k)
+            d[o] = pinned
             for t in set(self.op_in[o]) | set(self.op_out[o]):
                 if not self.t_pinned[t]:
-                    own[cls[index[self.t_bytes[t]]]] += 1
-            for c in range(k):
-                if own[c] + pinned[c] > need[c]:
-                    need[c] = own[c] + pinned[c]
-            for c in die.pop(o, ()):
-                pinned[c] -= 1
-        return need
+                    d[o, index[self.t_bytes[t]]] += 1
+            for k in die.pop(o, ()):
+                pinned[k] -= 1
+        self._demand = (key, d)
+        return d
+
+    def class_floor(self, sizes: Sequence[int], cls: Sequence[int]) -> list[int]:
+        """Per class the least objects with which the traced order can run: the most tensors of the
+        class one op needs at once (:meth:`demand`), at least 1."""
+        d = self.demand(sizes)
+        k = max(cls) + 1 if len(cls) else 0
+        cols = np.zeros((d.shape[0], k), dtype=np.int64)
+        np.add.at(cols.T, np.asarray(cls), d.T)
+        return [max(1, int(x)) for x in cols.max(axis=0)] if k else []
+
+    def coarsen(self, sizes: Sequence[int], capacity: int) -> list[int] | None:
+        """A class map whose least pool fits ``capacity``: from one class per size, merge the two
+        neighbouring classes whose merge saves the most floor bytes until it fits (None if one class
+        does not fit either)."""
+        d = self.demand(sizes).astype(np.int64)
+        cols = [d[:, i] for i in range(len(sizes))]
+        top = list(sizes)  # object size of each class
+        members = [[i] for i in range(len(sizes))]
+        floor = [max(1, int(c.max())) for c in cols]
+        while sum(f * b for f, b in zip(floor, top, strict=True)) > capacity:
+            if len(cols) == 1:
+                return None
+            best = None
+            for c in range(len(cols) - 1):
+                merged = max(1, int((cols[c] + cols[c + 1]).max()))
+                save = floor[c] * top[c] + floor[c + 1] * top[c + 1] - merged * top[c + 1]
+                if best is None or save > best[0]:
+                    best = (save, c, merged)
+            _, c, merged = best
+            cols[c:c + 2] = [cols[c] + cols[c + 1]]
+            floor[c:c + 2] = [merged]
+            top[c:c + 2] = [top[c + 1]]
+            members[c:c + 2] = [members[c] + members[c + 1]]
+        out = [0] * len(sizes)
+        for k, ms in enumerate(members):
+            for i in ms:
+                out[i] = k
+        return out
+
+    def pool_floor(self) -> int:
+        """The least memory (residents included) of a pool with one class per tensor size in which the
+        traced order can run (coarser classes may need less: :meth:`coarsen`)."""
+        sizes = sorted({b for b in self.t_bytes if b > 0})
+        cls = list(range(len(sizes)))
+        return self.resident + sum(n * b for n, b in zip(self.class_floor(sizes, cls), sizes, strict=True))
 
     def working_set(self) -> int:
         """The largest bytes one op must hold at once, plus what is never evicted while it runs
@@ -289,11 +337,12 @@ def plan_swaps(p: SwapProblem, schedule: Sequence[int], alloc: Allocation | None
                     rel = free[c].pop()
                 else:
                     best = None
+                    hide = p.copy_time[t] if loc[t] == 2 else 0.0  # a swap-in to hide behind compute too
                     for v in residents[c]:
                         if v in cur or p.t_pinned[v]:
                             continue
                         nu = uses[v][ptr[v]] if ptr[v] < len(uses[v]) else n
-                        ok = has_copy[v] or cum[s] - cum[last[v] + 1] >= p.copy_time[v]
+                        ok = cum[s] - cum[last[v] + 1] >= (0.0 if has_copy[v] else p.copy_time[v]) + hide
                         key = (ok, nu, -v)
                         if best is None or key > best[0]:
                             best = (key, v)

@@ -42,7 +42,8 @@ from ..schedule.swap_planner import SwapPlan, SwapProblem, plan_swaps
 POPULATION = 144
 MUTATION = 0.10
 CHILDREN_PER_CROSSOVER = 4
-MUTATION_P = 0.05  # the random-pick probability of a mutated child's ready-list replay
+MUTATION_P = 0.05
+PATIENCE = 40  # generations without a better chromosome after which a budgeted search stops  # the random-pick probability of a mutated child's ready-list replay
 
 
 def schedule_crossover(s1: Sequence[int], s2: Sequence[int], cut: int) -> tuple[list[int], list[int]]:
@@ -144,6 +145,7 @@ class SwapAdvisorGA:
         self._floor: dict[tuple[int, ...], list[int]] = {}
         self._seen: dict[tuple, float] = {}
         self.evaluations = 0
+        self.ideal = sum(p.time)  # the lower bound: every op back to back
 
     def floor(self, cls: Sequence[int]) -> list[int]:
         key = tuple(cls)
@@ -175,12 +177,20 @@ class SwapAdvisorGA:
             a = random_allocation(self.sizes, self.weight, self.capacity, rng, self.floor,
                                   classes=len(self.sizes) if i == 0 else None)
             if a is None:
-                a = random_allocation(self.sizes, self.weight, self.capacity, rng, self.floor,
-                                      classes=len(self.sizes))
+                a = self.fallback_allocation()
             if a is None:
                 continue
             out.append(Chromosome(tuple(sch), a.cls, a.cnt))
         return out
+
+    def fallback_allocation(self) -> Allocation | None:
+        """One class per size if its pool fits, else the classes merged until it does
+        (``SwapProblem.coarsen``), counts in proportion to bytes."""
+        if not hasattr(self, "_fallback"):
+            cls = self.p.coarsen(self.sizes, self.capacity)
+            self._fallback = None if cls is None else allocation_for(self.sizes, cls, self.weight, self.capacity,
+                                                                     self.floor)
+        return self._fallback
 
     def mutate_alloc(self, cls: tuple[int, ...], cnt: tuple[int, ...]) -> tuple[int, ...] | None:
         """Move one object's bytes from one class to another (then fitted to capacity)."""
@@ -222,10 +232,10 @@ class SwapAdvisorGA:
                 out.append(Chromosome(tuple(s), cls, n))
         return out[:CHILDREN_PER_CROSSOVER]
 
-    def run(self, *, time_budget: float = 60.0, generations: int | None = None,
+    def run(self, *, time_budget: float = 60.0, generations: int | None = None, patience: int = PATIENCE,
             progress: Callable[[str], None] | None = None) -> GAResult | None:
-        """Search until ``generations`` (when given) or ``time_budget`` seconds; None if no chromosome
-        gives a plan within the limit."""
+        """Search until ``generations`` (when given), else until ``time_budget`` seconds or ``patience``
+        generations without a better chromosome; None if no chromosome gives a plan within the limit."""
         t0 = time.perf_counter()
         say = progress or (lambda _m: None)
 
@@ -244,8 +254,10 @@ class SwapAdvisorGA:
         best = pop[0]
         records = [{"generation": 0, "seconds": time.perf_counter() - t0, "best": best.time}]
         say(f"swapadvisor: generation 0, best {best.time * 1e3:.3f} ms ({len(pop)} chromosomes)")
-        gen = 0
+        gen = improved = 0
         while (generations is None or gen < generations) and not out_of_time():
+            if generations is None and (gen - improved >= patience or best.time <= self.ideal):
+                break  # no progress for a while, or no time left to win: nothing waits for a copy
             gen += 1
             probs = softmax_probs([c.time for c in pop])
             kids: list[Chromosome] = []
@@ -262,6 +274,7 @@ class SwapAdvisorGA:
             pop = merged[:self.population]
             if pop[0].time < best.time:
                 best = pop[0]
+                improved = gen
             records.append({"generation": gen, "seconds": time.perf_counter() - t0, "best": best.time,
                             "mean": sum(c.time for c in pop) / len(pop)})
             say(f"swapadvisor: generation {gen}, best {best.time * 1e3:.3f} ms, {self.evaluations} evaluated")
@@ -282,5 +295,5 @@ def allocation_of(p: SwapProblem, limit: int, cls: Sequence[int] | None = None) 
                           lambda c: p.class_floor(sizes, c))
 
 
-__all__ = ["CHILDREN_PER_CROSSOVER", "Chromosome", "GAResult", "MUTATION", "POPULATION", "SwapAdvisorGA",
+__all__ = ["CHILDREN_PER_CROSSOVER", "Chromosome", "GAResult", "MUTATION", "PATIENCE", "POPULATION", "SwapAdvisorGA",
            "allocation_of", "is_topological", "schedule_crossover", "schedule_mutation", "softmax_probs"]
