@@ -74,6 +74,7 @@ class SwapProblem:
     copy_time: list[float]  # one-way seconds to copy each tensor
     duplex: float
     async_copies: bool
+    op_view: list[bool] = field(default_factory=list)  # an op that only makes views (no bytes of its own)
 
     @classmethod
     def from_graph(cls, g: Graph, cost: CostModel) -> SwapProblem:
@@ -117,9 +118,10 @@ class SwapProblem:
                 op_in[u].append(k)
             copy_time.append(cost.transfer_time(g.tensor(s.root).logical_bytes))
         dev = getattr(cost, "device", None)
+        op_view = [bool(g.nodes[v].outputs) and all(t.alias is not None for t in g.nodes[v].outputs) for v in order]
         return cls(g, order, time, preds, t_ref, t_bytes, t_prod, t_users, t_pinned, t_kept, op_in, op_out,
                    resident, copy_time, duplex_factor(dev) if dev is not None else 1.0,
-                   getattr(dev, "async_copies", True))
+                   getattr(dev, "async_copies", True), op_view)
 
     @property
     def n(self) -> int:
@@ -193,6 +195,23 @@ class SwapProblem:
             for i in ms:
                 out[i] = k
         return out
+
+    def live_counts(self, sizes: Sequence[int]) -> list[int]:
+        """Per size the most tensors of that size alive at once in the traced order (a pool with these
+        counts swaps nothing)."""
+        index = {b: i for i, b in enumerate(sizes)}
+        live = [0] * len(sizes)
+        most = [0] * len(sizes)
+        die: dict[int, list[int]] = {}
+        for o in range(self.n):
+            for t in self.op_out[o]:
+                k = index[self.t_bytes[t]]
+                live[k] += 1
+                most[k] = max(most[k], live[k])
+                die.setdefault(self.n if self.t_kept[t] else max([o, *self.t_users[t]]), []).append(k)
+            for k in die.pop(o, ()):
+                live[k] -= 1
+        return most
 
     def pool_floor(self) -> int:
         """The least memory (residents included) of a pool with one class per tensor size in which the
@@ -270,8 +289,11 @@ def plan_swaps(p: SwapProblem, schedule: Sequence[int], alloc: Allocation | None
     for s, o in enumerate(sched):
         pos[o] = s
     nt = len(p.t_ref)
+    is_view = p.op_view or [False] * n
     uses = [sorted(pos[u] for u in p.t_users[t]) for t in range(nt)]
+    ruses = [[s for s in u if not is_view[sched[s]]] for u in uses]  # uses that need the bytes on the device
     ptr = [0] * nt
+    rptr = [0] * nt
     cum = [0.0] * (n + 1)
     for s, o in enumerate(sched):
         cum[s + 1] = cum[s] + p.time[o]
@@ -314,13 +336,16 @@ def plan_swaps(p: SwapProblem, schedule: Sequence[int], alloc: Allocation | None
 
     for s, o in enumerate(sched):
         cur = set(p.op_in[o]) | set(p.op_out[o])
-        need = [t for t in sorted(set(p.op_in[o])) if loc[t] == 2] + [t for t in p.op_out[o] if loc[t] == 0]
+        # a view of a swapped-out tensor needs no bytes: it is made on the next swap-in (``realise``)
+        need = [t for t in sorted(set(p.op_in[o])) if loc[t] == 2 and not is_view[o]] + \
+            [t for t in p.op_out[o] if loc[t] == 0]
         for t in need:
             size = p.t_bytes[t]
             if on_demand:
                 rel = (s - 1, -1)
                 while free_bytes < size:
-                    victim = next((v for v in lru if v not in cur and not p.t_pinned[v]), None)
+                    victim = next((v for v in lru if v not in cur and not p.t_pinned[v]
+                                   and rptr[v] < len(ruses[v])), None)
                     if victim is None:
                         plan.why = f"no tensor to evict at step {s}"
                         return plan
@@ -339,9 +364,9 @@ def plan_swaps(p: SwapProblem, schedule: Sequence[int], alloc: Allocation | None
                     best = None
                     hide = p.copy_time[t] if loc[t] == 2 else 0.0  # a swap-in to hide behind compute too
                     for v in residents[c]:
-                        if v in cur or p.t_pinned[v]:
-                            continue
-                        nu = uses[v][ptr[v]] if ptr[v] < len(uses[v]) else n
+                        if v in cur or p.t_pinned[v] or rptr[v] >= len(ruses[v]):
+                            continue  # (a tensor only viewed from now on dies at its last view)
+                        nu = ruses[v][rptr[v]]
                         ok = cum[s] - cum[last[v] + 1] >= (0.0 if has_copy[v] else p.copy_time[v]) + hide
                         key = (ok, nu, -v)
                         if best is None or key > best[0]:
@@ -362,6 +387,12 @@ def plan_swaps(p: SwapProblem, schedule: Sequence[int], alloc: Allocation | None
         for t in cur:
             while ptr[t] < len(uses[t]) and uses[t][ptr[t]] <= s:
                 ptr[t] += 1
+            while rptr[t] < len(ruses[t]) and ruses[t][rptr[t]] <= s:
+                rptr[t] += 1
+            if loc[t] != 1:  # viewed while swapped out
+                if ptr[t] >= len(uses[t]) and not p.t_kept[t]:
+                    loc[t] = 3
+                continue
             last[t] = s
             if on_demand and t in lru:
                 lru.move_to_end(t)
@@ -427,12 +458,14 @@ def plan_swaps(p: SwapProblem, schedule: Sequence[int], alloc: Allocation | None
             if st_end[k] > tc:
                 tc = st_end[k]
                 waits.append((len(program), k))
-        dep = max((loaded_end.get(t, 0.0) for t in p.op_in[o]), default=0.0)
+        # a view waits for nothing: one of a tensor being swapped in is made right before its reader
+        dep = 0.0 if is_view[o] else max((loaded_end.get(t, 0.0) for t in p.op_in[o]), default=0.0)
         times.append((max(tc, dep), max(tc, dep) + p.time[o]))
         tc = max(tc, dep) + p.time[o]
         program.append(("op", s))
-        for t in set(p.op_out[o]) | set(p.op_in[o]):
-            loaded_end.pop(t, None)
+        if not is_view[o]:
+            for t in set(p.op_out[o]) | set(p.op_in[o]):
+                loaded_end.pop(t, None)
     for k in after[n]:
         t = stores[k][0]
         dur = p.copy_time[t] * (dup if ti > max(to, tc) else 1.0)
@@ -487,6 +520,8 @@ def realise(p: SwapProblem, plan: SwapPlan
     load_node: dict[int, int] = {}
     store_node: dict[int, int] = {}
     views_before: dict[int, list[int]] = {}  # op position -> re-made views to run right before it
+    later: dict[int, list[int]] = {}  # op position -> views of a swapped-out tensor moved right before it
+    moved: set[int] = set()
     apps: list[Application] = []
     for t, at, _k in plan.evictions:
         by_tensor.setdefault(t, []).append((at, _k))
@@ -499,6 +534,10 @@ def realise(p: SwapProblem, plan: SwapPlan
             apps.append(app)
             new = sorted(set(g.nodes) - before)
             cons = plan.loads[li][1]
+            for v in app.params[3:3 + app.params[2]]:  # views made while it was out: right before the reader
+                if pos[v] < cons and v not in moved:
+                    moved.add(v)
+                    later.setdefault(cons, []).append(v)
             for v in new:
                 kind = g.nodes[v].kind
                 if kind == NodeKind.LOAD:
@@ -516,7 +555,10 @@ def realise(p: SwapProblem, plan: SwapPlan
     for kind, i in plan.program:
         if kind == "op":
             order.extend(views_before.get(i, ()))
-            order.append(p.ops[plan.schedule[i]])
+            order.extend(sorted(later.get(i, ()), key=pos.__getitem__))
+            v = p.ops[plan.schedule[i]]
+            if v not in moved:
+                order.append(v)
         elif kind == "out":
             order.append(store_node[i])
         else:

@@ -166,7 +166,7 @@ class SwapAdvisorGA:
 
     def initial(self) -> list[Chromosome]:
         """The traced order and its mutations (P in 0..0.05), each with a random pool; the first with
-        one class per size."""
+        the traced order's own pool when it fits (no swap), else one class per size."""
         p, rng = self.p, self.rng
         base = list(range(p.n))
         out: list[Chromosome] = []
@@ -174,14 +174,23 @@ class SwapAdvisorGA:
             if len(out) >= self.population:
                 break
             sch = base if i == 0 else schedule_mutation(p.preds, base, rng.choice((0.0, 0.005, 0.02, 0.05)), rng)
-            a = random_allocation(self.sizes, self.weight, self.capacity, rng, self.floor,
-                                  classes=len(self.sizes) if i == 0 else None)
+            a = self.eager_allocation() if i == 0 else None
+            if a is None:
+                a = random_allocation(self.sizes, self.weight, self.capacity, rng, self.floor,
+                                      classes=len(self.sizes) if i == 0 else None)
             if a is None:
                 a = self.fallback_allocation()
             if a is None:
                 continue
             out.append(Chromosome(tuple(sch), a.cls, a.cnt))
         return out
+
+    def eager_allocation(self) -> Allocation | None:
+        """One class per size, as many objects as the traced order has alive at once: no swap at all
+        (None if it does not fit the limit)."""
+        cnt = [max(1, c) for c in self.p.live_counts(self.sizes)]
+        a = Allocation(self.sizes, tuple(range(len(self.sizes))), tuple(cnt))
+        return a if a.pool_bytes <= self.capacity else None
 
     def fallback_allocation(self) -> Allocation | None:
         """One class per size if its pool fits, else the classes merged until it does
