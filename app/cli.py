@@ -446,7 +446,7 @@ def cmd_optimize(a: argparse.Namespace) -> dict[str, Any]:
                   file=sys.stderr, flush=True)
 
     cost = make_cost(a.cost, device, graphs=[g], say=lambda m: print(m, file=sys.stderr, flush=True))
-    if getattr(a, "method", "magis") != "magis":
+    if getattr(a, "optimize_method", "magis") != "magis":
         return _optimize_with(a, g, cost, device, memory)
     old = signal.signal(signal.SIGINT, lambda *_: cancel.set())
     try:
@@ -495,19 +495,20 @@ def _optimize_with(a: argparse.Namespace, g, cost, device: str, memory) -> dict[
     from core.search.plan import PlanFile, save_plans
     from core.search.wl_hash import graph_hash
 
-    m = get_method(a.method)
+    name = a.optimize_method
+    m = get_method(name)
     if memory is None:
-        raise ValueError(f"--method {a.method}: give --memory-limit (only MAGIS sweeps --latency-limit and --pareto)")
+        raise ValueError(f"--method {name}: give --memory-limit (only MAGIS sweeps --latency-limit and --pareto)")
     limit = memory.bytes(eager_peak(g, cost))
     print(f"optimizing {g.name} ({len(g)} nodes) with {m.label} for {a.time_budget:g} s on {device}, "
           f"memory limit {format_bytes(limit)}", file=sys.stderr, flush=True)
-    run = run_method(a.method, g, cost, time_budget=a.time_budget, memory_limit=limit,
+    run = run_method(name, g, cost, time_budget=a.time_budget, memory_limit=limit,
                      progress=lambda msg: print(f"  {msg}", file=sys.stderr, flush=True))
     if not run.plans:
         raise LimitNotReached("; ".join(f.reason for f in run.failures) or f"{m.label} gave no plan")
     eager = run_method("eager", g, cost).plans
     points = sorted(run.plans, key=lambda p: (p.peak > limit, p.latency)) + eager
-    pf = PlanFile(g.name, graph_hash(g), device, points, [], {"method": a.method, "limit_bytes": limit,
+    pf = PlanFile(g.name, graph_hash(g), device, points, [], {"method": name, "limit_bytes": limit,
                                                            "seconds": round(run.seconds, 3)})
     save_plans(pf, a.output)
     base = points[-1]
@@ -814,8 +815,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help=f"device profile for the latency estimate: {_names(DEVICES)} (default: {DEFAULT_PROFILE}; "
                         f"with --cost calibrated or measured, this machine's profile: cpu without a GPU)")
     _cost_option(s)
-    s.add_argument("--method", default="magis", metavar="NAME",
-                   help="the method (default: magis; another, e.g. swapadvisor, with --memory-limit)")
+    s.add_argument("--method", dest="optimize_method", default="magis", metavar="NAME",
+                   help=f"the method: {_names(METHODS)} (default: magis; another one with --memory-limit, "
+                        f"e.g. swapadvisor)")
     s.add_argument("-o", "--output", required=True, type=Path, metavar="PLAN",
                    help="plan file to write (.json, or .json.gz to compress)")
     s.add_argument("--json", action="store_true", help="print the result as one JSON object")

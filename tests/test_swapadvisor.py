@@ -267,3 +267,26 @@ def test_methods_registered_and_plans_replay_with_their_simulation():
     back = plans_from_bytes(plans_to_bytes(pf))
     assert [sim_options(q) for q in back.points] == [sim_options(q) for q in plans]
     assert back.points[0].metrics["pool_bytes"] == plans[0].metrics["pool_bytes"]
+
+
+@pytest.mark.parametrize("name", ["unet_tiny", "resnet50_tiny", "gpt_neo_tiny"])
+def test_every_child_of_the_ga_realises_to_the_planners_time_and_pool(name):
+    """Children of crossovers and mutations (other schedules, merged classes) realise as rule
+    applications whose simulation is the planner's time, with live bytes within the pool."""
+    g, cost, p, peak = tiny(name)
+    lo = max(p.working_set(), p.pool_floor())
+    ga = SwapAdvisorGA(p, int(lo + 0.1 * (peak - lo)), seed=1, population=12)
+    pop = [ga.evaluate(c) for c in ga.initial()]
+    kids = [k for _ in range(6) for k in ga.children(*ga.rng.sample(pop, 2))]
+    checked = 0
+    for k in kids:
+        if not math.isfinite(ga.evaluate(k).time):
+            continue
+        sp = plan_swaps(p, k.sch, ga.alloc(k))
+        apps, h, order, waits = realise(p, sp)
+        check_order(h, order)
+        sim = simulate(h, order, cost, swap_streams=True, waits=waits)
+        assert sim.latency == pytest.approx(sp.time, rel=1e-12)
+        assert sim.peak <= sp.pool_bytes + p.resident
+        checked += 1
+    assert checked >= len(kids) // 2

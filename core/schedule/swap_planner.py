@@ -25,8 +25,9 @@ both-ways bandwidth.  The walk's time is the simulated iteration time of the pla
 graph (``transform.swap.SwapLate`` applications: one LOAD per swap-in, one STORE per tensor) the
 project's simulator gives the same time with ``simulate(..., swap_streams=True)``.
 
-Graph inputs and weights are resident (the project's memory model): the pool is the memory limit
-less their bytes.  With nothing carried from one iteration to the next besides the weights, the
+Graph inputs and weights are resident (the project's memory model), and the tensors that are never
+evicted (graph outputs such as the weights' gradients, storages the Swap rules cannot move) live next
+to the pool in memory of their own size: the pool is the memory limit less both.  With nothing carried from one iteration to the next besides the weights, the
 paper's double pass (parameters resident at the start of the second pass) has nothing to carry.
 """
 
@@ -132,29 +133,18 @@ class SwapProblem:
         return [[self.t_bytes[t] for t in set(self.op_in[o]) | set(self.op_out[o])] for o in range(self.n)]
 
     def demand(self, sizes: Sequence[int]) -> np.ndarray:
-        """(ops x sizes) per op of the traced order the tensors of each size it must hold: its own
-        (reads and writes) plus those never evicted (graph outputs made so far, storages the Swap
-        rules cannot move) still alive.  Cached per ``sizes``."""
+        """(ops x sizes) per op of the traced order the tensors of each size it must hold at once (reads
+        and writes; the pinned ones live outside the pool: :meth:`pinned_bytes`).  Cached per ``sizes``."""
         key = tuple(sizes)
         cached = getattr(self, "_demand", None)
         if cached is not None and cached[0] == key:
             return cached[1]
         index = {b: i for i, b in enumerate(sizes)}
         d = np.zeros((max(self.n, 1), len(sizes)), dtype=np.int32)
-        pinned = np.zeros(len(sizes), dtype=np.int32)
-        die: dict[int, list[int]] = {}
         for o in range(self.n):
-            for t in self.op_out[o]:
-                if self.t_pinned[t]:
-                    k = index[self.t_bytes[t]]
-                    pinned[k] += 1
-                    die.setdefault(self.n if self.t_kept[t] else max([o, *self.t_users[t]]), []).append(k)
-            d[o] = pinned
             for t in set(self.op_in[o]) | set(self.op_out[o]):
                 if not self.t_pinned[t]:
                     d[o, index[self.t_bytes[t]]] += 1
-            for k in die.pop(o, ()):
-                pinned[k] -= 1
         self._demand = (key, d)
         return d
 
@@ -205,6 +195,8 @@ class SwapProblem:
         die: dict[int, list[int]] = {}
         for o in range(self.n):
             for t in self.op_out[o]:
+                if self.t_pinned[t]:
+                    continue
                 k = index[self.t_bytes[t]]
                 live[k] += 1
                 most[k] = max(most[k], live[k])
@@ -213,12 +205,27 @@ class SwapProblem:
                 live[k] -= 1
         return most
 
+    def pool_sizes(self) -> tuple[int, ...]:
+        """TS: the sorted distinct sizes of the tensors the pool holds (all but the pinned ones)."""
+        return tuple(sorted({b for b, pin in zip(self.t_bytes, self.t_pinned, strict=True) if b > 0 and not pin}))
+
+    def pinned_bytes(self) -> int:
+        """Bytes of the tensors never evicted (graph outputs, storages the Swap rules cannot move): they
+        live next to the pool, each in memory of its own size, and are all alive at the end (outputs)
+        or counted as if they were."""
+        return sum(b for b, pin in zip(self.t_bytes, self.t_pinned, strict=True) if pin)
+
+    def pool_capacity(self, limit: int) -> int:
+        """What a memory limit leaves to the pool: less the residents and the pinned tensors."""
+        return int(limit) - self.resident - self.pinned_bytes()
+
     def pool_floor(self) -> int:
-        """The least memory (residents included) of a pool with one class per tensor size in which the
-        traced order can run (coarser classes may need less: :meth:`coarsen`)."""
-        sizes = sorted({b for b in self.t_bytes if b > 0})
+        """The least memory (residents and pinned tensors included) of a pool with one class per
+        tensor size in which the traced order can run (coarser classes may need less: :meth:`coarsen`)."""
+        sizes = self.pool_sizes()
         cls = list(range(len(sizes)))
-        return self.resident + sum(n * b for n, b in zip(self.class_floor(sizes, cls), sizes, strict=True))
+        return self.resident + self.pinned_bytes() + sum(
+            n * b for n, b in zip(self.class_floor(sizes, cls), sizes, strict=True))
 
     def working_set(self) -> int:
         """The largest bytes one op must hold at once, plus what is never evicted while it runs
@@ -270,7 +277,7 @@ class SwapPlan:
     compute: float = 0.0
     bytes_out: int = 0
     bytes_in: int = 0
-    pool_bytes: int = 0
+    pool_bytes: int = 0  # the pool and the pinned tensors next to it (on demand: the byte pool)
     why: str = ""
 
     def summary(self) -> dict:
@@ -312,7 +319,7 @@ def plan_swaps(p: SwapProblem, schedule: Sequence[int], alloc: Allocation | None
         free_bytes = int(capacity if capacity is not None else 0)
         lru: OrderedDict[int, None] = OrderedDict()
     else:
-        cls_of = [alloc.class_of(b) for b in p.t_bytes]
+        cls_of = [-1 if pin else alloc.class_of(b) for b, pin in zip(p.t_bytes, p.t_pinned, strict=True)]
         free: list[list[tuple[int, int]]] = [[(-1, -1)] * c for c in alloc.cnt]  # (release pos, store)
         for f in free:
             f.reverse()
@@ -356,6 +363,8 @@ def plan_swaps(p: SwapProblem, schedule: Sequence[int], alloc: Allocation | None
                     free_bytes += p.t_bytes[victim]
                 free_bytes -= size
                 lru[t] = None
+            elif p.t_pinned[t]:  # next to the pool, never evicted
+                rel = (-1, -1)
             else:
                 c = cls_of[t]
                 if free[c]:
@@ -401,7 +410,7 @@ def plan_swaps(p: SwapProblem, schedule: Sequence[int], alloc: Allocation | None
                 if on_demand:
                     free_bytes += p.t_bytes[t]
                     lru.pop(t, None)
-                else:
+                elif not p.t_pinned[t]:
                     residents[cls_of[t]].discard(t)
                     free[cls_of[t]].insert(0, (s, -1))
     # ---- the program and its three-stream time --------------------------------------------------
@@ -484,7 +493,7 @@ def plan_swaps(p: SwapProblem, schedule: Sequence[int], alloc: Allocation | None
     plan.compute = cum[n]
     plan.bytes_out = sum(p.t_bytes[t] for t, _ in stores)
     plan.bytes_in = sum(p.t_bytes[t] for t, _, _, _ in loads)
-    plan.pool_bytes = alloc.pool_bytes if alloc is not None else int(capacity or 0)
+    plan.pool_bytes = alloc.pool_bytes + p.pinned_bytes() if alloc is not None else int(capacity or 0)
     return plan
 
 
@@ -534,10 +543,12 @@ def realise(p: SwapProblem, plan: SwapPlan
             apps.append(app)
             new = sorted(set(g.nodes) - before)
             cons = plan.loads[li][1]
-            for v in app.params[3:3 + app.params[2]]:  # views made while it was out: right before the reader
-                if pos[v] < cons and v not in moved:
-                    moved.add(v)
-                    later.setdefault(cons, []).append(v)
+            late_views = sorted((v for v in app.params[3:3 + app.params[2]] if pos[v] < cons and v not in moved),
+                                key=pos.__getitem__)
+            for rank, v in enumerate(late_views):  # views made while it was out: right before the reader
+                moved.add(v)
+                later.setdefault(cons, []).append(v)
+                pos[v] = cons - 0.2 + 1e-6 * rank  # after the load and its re-made views
             for v in new:
                 kind = g.nodes[v].kind
                 if kind == NodeKind.LOAD:

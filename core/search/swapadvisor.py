@@ -35,7 +35,6 @@ from ..analysis.mempool import (
     fit_capacity,
     object_sizes_of,
     random_allocation,
-    size_classes,
 )
 from ..schedule.swap_planner import SwapPlan, SwapProblem, plan_swaps
 
@@ -132,14 +131,14 @@ class SwapAdvisorGA:
                  mutation: float = MUTATION) -> None:
         self.p = p
         self.limit = int(limit)
-        self.capacity = self.limit - p.resident
+        self.capacity = p.pool_capacity(self.limit)
         self.rng = random.Random(seed)
         self.population = population
         self.mutation = mutation
-        self.sizes = size_classes(p.t_bytes)
+        self.sizes = p.pool_sizes()
         w = dict.fromkeys(self.sizes, 0.0)
-        for b in p.t_bytes:
-            if b > 0:
+        for b, pin in zip(p.t_bytes, p.t_pinned, strict=True):
+            if b > 0 and not pin:
                 w[b] += b
         self.weight = [w[s] for s in self.sizes]
         self._floor: dict[tuple[int, ...], list[int]] = {}
@@ -294,13 +293,13 @@ class SwapAdvisorGA:
 def allocation_of(p: SwapProblem, limit: int, cls: Sequence[int] | None = None) -> Allocation | None:
     """A pool for ``limit`` (one class per size unless ``cls``), counts in proportion to the bytes of
     each class (the GA's first chromosome)."""
-    sizes = size_classes(p.t_bytes)
+    sizes = p.pool_sizes()
     w = dict.fromkeys(sizes, 0.0)
-    for b in p.t_bytes:
-        if b > 0:
+    for b, pin in zip(p.t_bytes, p.t_pinned, strict=True):
+        if b > 0 and not pin:
             w[b] += b
     cls = list(cls) if cls is not None else list(range(len(sizes)))
-    return allocation_for(sizes, cls, [w[s] for s in sizes], limit - p.resident,
+    return allocation_for(sizes, cls, [w[s] for s in sizes], p.pool_capacity(limit),
                           lambda c: p.class_floor(sizes, c))
 
 

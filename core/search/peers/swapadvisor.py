@@ -51,7 +51,7 @@ def plan_of(method: str, p: SwapProblem, sp: SwapPlan, cost: CostModel, label: s
     apps, h, order, waits = realise(p, sp)
     sim = simulate(h, order, cost, swap_streams=True, waits=waits)
     m = sim.metrics()
-    m["pool_bytes"] = float(sp.pool_bytes + p.resident)
+    m["pool_bytes"] = float(sp.pool_bytes + p.resident)  # the pool, the pinned tensors and the residents
     ideal = sum(p.time)
     return Plan(method, apps, order, m, label, {
         **stats, "limit_bytes": limit, "swap_streams": True, "waits": [[a, b] for a, b in waits],
