@@ -9,12 +9,13 @@ search time.  SwapAdvisor (``--budget`` seconds per limit, its GA stops earlier 
 without a better chromosome) and ODSwap (LRU, on demand) are timed on three streams; MAGIS
 (``moptimizer.optimize`` with the limit, ``--magis-budget`` seconds, all its rules) and DTR (one
 budget equal to the limit) on the project's simulator as they report.  Also per cell: SwapAdvisor's
-pool (residents included), the bytes it swaps and its lower bound max(compute, swap bytes /
-bandwidth) as a fraction of ideal throughput.  Every number is a prediction of the analytic cost
+pool (residents and pinned tensors included), the host memory its swapped tensors need, and its
+lower bound max(compute, swap bytes / bandwidth) as a fraction of ideal throughput.  Every number is a prediction of the analytic cost
 model; nothing here ran on a GPU.
 
     python bench/swapadvisor.py [--workloads bert_base,...] [--fractions 2,4,8] [--device rtx3090]
                                 [--budget 30] [--magis-budget 30] [--json bench/results/swapadvisor.json]
+    python bench/swapadvisor.py --merge A.json B.json [--json ...]   (subsets run side by side: one table)
 """
 
 from __future__ import annotations
@@ -82,7 +83,8 @@ def cell(name: str, method: str, g, cost, limit: int, ideal: float, budget: floa
 
 
 def run(workloads: list[str], fractions: list[float], device: str, budget: float, magis_budget: float,
-        say=print) -> dict:
+        say=print, save=None) -> dict:
+    """Every method at every limit of every workload; ``save(result)`` after each workload."""
     cost = AnalyticCost(device)
     rows = []
     for name in workloads:
@@ -96,6 +98,8 @@ def run(workloads: list[str], fractions: list[float], device: str, budget: float
                      for m in METHODS}
             rows.append({"workload": name, "fraction": f"1/{d:g}", "limit": limit, "eager_peak": peak,
                          "ideal_latency": ideal, "cells": cells})
+        if save is not None:
+            save({"device": device, "budget": budget, "magis_budget": magis_budget, "rows": rows})
     return {"device": device, "budget": budget, "magis_budget": magis_budget, "rows": rows}
 
 
@@ -105,16 +109,17 @@ def fmt(c: dict) -> str:
 
 def table(res: dict) -> str:
     head = ("| workload | limit | SwapAdvisor | ODSwap | MAGIS | DTR | SA / ODSwap | SA bound | SA pool | "
-            "SA search s |")
-    lines = [head, "|" + "---|" * 10]
+            "SA host | SA search s |")
+    lines = [head, "|" + "---|" * 11]
     for r in res["rows"]:
         c = r["cells"]
         sa, od = c["swapadvisor"], c["odswap"]
         ratio = f"{sa['throughput'] / od['throughput']:.2f}x" if "throughput" in sa and "throughput" in od else "-"
         bound = f"{sa['bound']:.2f}" if "bound" in sa else "-"
         pool = format_bytes(sa["pool_bytes"]) if "pool_bytes" in sa else "-"
+        host = format_bytes(sa["host_bytes"]) if "host_bytes" in sa else "-"
         lines.append(f"| {r['workload']} | {r['fraction']} ({format_bytes(r['limit'])}) | {fmt(sa)} | {fmt(od)} | "
-                     f"{fmt(c['magis'])} | {fmt(c['dtr'])} | {ratio} | {bound} | {pool} | "
+                     f"{fmt(c['magis'])} | {fmt(c['dtr'])} | {ratio} | {bound} | {pool} | {host} | "
                      f"{sa.get('search_seconds', sa['seconds'])} |")
     return "\n".join(lines)
 
@@ -146,16 +151,31 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--budget", type=float, default=30.0, help="SwapAdvisor's (and DTR's) seconds per limit")
     ap.add_argument("--magis-budget", type=float, default=30.0, help="MAGIS's seconds per limit")
     ap.add_argument("--json", type=Path, default=ROOT / "bench" / "results" / "swapadvisor.json")
+    ap.add_argument("--merge", nargs="+", type=Path, default=None, metavar="JSON",
+                    help="no run: the table of the results in these files (workload subsets run side by side "
+                         "with the same settings), written to --json")
     a = ap.parse_args(argv)
-    res = run([w for w in a.workloads.split(",") if w], [float(x) for x in a.fractions.split(",")], a.device,
-              a.budget, a.magis_budget, say=lambda m: print(m, file=sys.stderr, flush=True))
+
+    def save(res: dict) -> None:
+        a.json.parent.mkdir(parents=True, exist_ok=True)
+        a.json.write_text(json.dumps({**res, "table": table(res), "notes": notes(res)}, indent=1))
+
+    if a.merge:
+        parts = [json.loads(f.read_text()) for f in a.merge]
+        order = {w: i for i, w in enumerate(PAPER)}
+        rows = sorted((r for p in parts for r in p["rows"]), key=lambda r: (order.get(r["workload"], 99),
+                                                                                 r["limit"] * -1))
+        res = {**{k: parts[0][k] for k in ("device", "budget", "magis_budget")}, "rows": rows,
+               "merged_from": [str(f) for f in a.merge]}
+    else:
+        res = run([w for w in a.workloads.split(",") if w], [float(x) for x in a.fractions.split(",")], a.device,
+                  a.budget, a.magis_budget, say=lambda m: print(m, file=sys.stderr, flush=True), save=save)
     print(f"SwapAdvisor on {a.device}: throughput as a fraction of ideal (budget {a.budget:g} s per limit, "
           f"MAGIS {a.magis_budget:g} s)\n")
     print(table(res))
     for line in notes(res):
         print(f"- {line}")
-    a.json.parent.mkdir(parents=True, exist_ok=True)
-    a.json.write_text(json.dumps({**res, "table": table(res), "notes": notes(res)}, indent=1))
+    save(res)
     print(f"\nwrote {a.json}")
     return 0
 
