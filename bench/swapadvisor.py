@@ -16,6 +16,7 @@ model; nothing here ran on a GPU.
     python bench/swapadvisor.py [--workloads bert_base,...] [--fractions 2,4,8] [--device rtx3090]
                                 [--budget 30] [--magis-budget 30] [--json bench/results/swapadvisor.json]
     python bench/swapadvisor.py --merge A.json B.json [--json ...]   (subsets run side by side: one table)
+    --skip WORKLOAD:METHOD:1/D:WHY   a cell not run (its reason in the notes)
 """
 
 from __future__ import annotations
@@ -83,8 +84,9 @@ def cell(name: str, method: str, g, cost, limit: int, ideal: float, budget: floa
 
 
 def run(workloads: list[str], fractions: list[float], device: str, budget: float, magis_budget: float,
-        say=print, save=None) -> dict:
-    """Every method at every limit of every workload; ``save(result)`` after each workload."""
+        say=print, save=None, skip: dict[tuple[str, str, str], str] | None = None) -> dict:
+    """Every method at every limit of every workload; ``save(result)`` after each workload; ``skip``:
+    (workload, method, "1/d") -> why that cell is not run."""
     cost = AnalyticCost(device)
     rows = []
     for name in workloads:
@@ -94,7 +96,9 @@ def run(workloads: list[str], fractions: list[float], device: str, budget: float
         say(f"{name}: {len(g)} nodes, eager peak {format_bytes(peak)}, ideal {ideal * 1e3:.2f} ms")
         for d in fractions:
             limit = int(peak / d)
-            cells = {m: cell(name, m, g, cost, limit, ideal, magis_budget if m == "magis" else budget, say)
+            why = {m: (skip or {}).get((name, m, f"1/{d:g}")) for m in METHODS}
+            cells = {m: {"method": m, "failures": [f"not run: {why[m]}"], "seconds": 0.0} if why[m] else
+                     cell(name, m, g, cost, limit, ideal, magis_budget if m == "magis" else budget, say)
                      for m in METHODS}
             rows.append({"workload": name, "fraction": f"1/{d:g}", "limit": limit, "eager_peak": peak,
                          "ideal_latency": ideal, "cells": cells})
@@ -151,6 +155,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--budget", type=float, default=30.0, help="SwapAdvisor's (and DTR's) seconds per limit")
     ap.add_argument("--magis-budget", type=float, default=30.0, help="MAGIS's seconds per limit")
     ap.add_argument("--json", type=Path, default=ROOT / "bench" / "results" / "swapadvisor.json")
+    ap.add_argument("--skip", action="append", default=[], metavar="WORKLOAD:METHOD:1/D:WHY",
+                    help="a cell not to run, and why (repeatable)")
     ap.add_argument("--merge", nargs="+", type=Path, default=None, metavar="JSON",
                     help="no run: the table of the results in these files (workload subsets run side by side "
                          "with the same settings), written to --json")
@@ -169,7 +175,8 @@ def main(argv: list[str] | None = None) -> int:
                "merged_from": [str(f) for f in a.merge]}
     else:
         res = run([w for w in a.workloads.split(",") if w], [float(x) for x in a.fractions.split(",")], a.device,
-                  a.budget, a.magis_budget, say=lambda m: print(m, file=sys.stderr, flush=True), save=save)
+                  a.budget, a.magis_budget, say=lambda m: print(m, file=sys.stderr, flush=True), save=save,
+                  skip={tuple(x.split(":", 3)[:3]): x.split(":", 3)[3] for x in a.skip})
     print(f"SwapAdvisor on {a.device}: throughput as a fraction of ideal (budget {a.budget:g} s per limit, "
           f"MAGIS {a.magis_budget:g} s)\n")
     print(table(res))
