@@ -49,9 +49,6 @@ LATENCY = register_metric(Metric("latency", "latency", "seconds", "the simulated
 HOST_BYTES = register_metric(Metric("host_bytes", "host memory", "bytes",
                                     "the peak of host memory held by swapped tensors"))
 
-POOL_BYTES = register_metric(Metric("pool_bytes", "memory pool", "bytes",
-                                    "SwapAdvisor's pool of size-class objects the device must hold"))
-
 
 class HasMetrics:
     """``peak`` and ``latency`` read off a ``metrics`` vector (states, children, plans)."""
@@ -83,5 +80,9 @@ def metrics(peak: int, latency: float, **others: float) -> dict[str, float]:
     return {"peak": int(peak), "latency": float(latency), **others}
 
 
-__all__ = ["HOST_BYTES", "POOL_BYTES", "HasMetrics", "LATENCY", "METRICS", "PEAK", "Metric", "Metrics", "get_metric", "metrics",
+__all__ = ["HOST_BYTES", "HasMetrics", "LATENCY", "METRICS", "PEAK", "Metric", "Metrics", "get_metric", "metrics",
            "register_metric"]
+
+POOL_BYTES = register_metric(Metric("pool_bytes", "memory pool", "bytes",
+                                    "SwapAdvisor's pool of size-class objects (with the residents) the device holds"))
+__all__ += ["POOL_BYTES"]
