@@ -232,16 +232,20 @@ def cmd_export(a: argparse.Namespace) -> dict[str, Any]:
 
     if a.device is not None:
         _cost(a)  # an unknown --device is refused before any work
+    from core.search.plan import sim_options
+
     g = load_graph(a.file)
     plan_device = None
+    opts: dict[str, Any] = {}
     if a.plan is not None:
         g, plan, plan_device = _plan_graph(g, a.plan, a.point)
         order, name = plan.order, f"plan {plan.method} {plan.label}".strip()
+        opts = sim_options(plan)  # SwapAdvisor's three streams and waits
     else:
         order, name = get_scheduler(a.schedule).run(g).order, a.schedule
     cost = _cost(a, plan_device)
-    sim = simulate(g, order, cost)  # the script's release points and its header's numbers
-    path = export_script(g, order, a.output, schedule_name=name, cost=cost, sim=sim)
+    sim = simulate(g, order, cost, **opts)  # the script's release points and its header's numbers
+    path = export_script(g, order, a.output, schedule_name=name, cost=cost, sim=sim, **opts)
     res = {"output": str(path), "bytes": Path(path).stat().st_size, "ops": len(order),
            "device": cost.device.name, "simulated_peak_bytes": sim.peak,
            "simulated_latency_seconds": sim.latency}
@@ -443,6 +447,8 @@ def cmd_optimize(a: argparse.Namespace) -> dict[str, Any]:
                   file=sys.stderr, flush=True)
 
     cost = make_cost(a.cost, device, graphs=[g], say=lambda m: print(m, file=sys.stderr, flush=True))
+    if getattr(a, "optimize_method", "magis") != "magis":
+        return _optimize_with(a, g, cost, device, memory)
     old = signal.signal(signal.SIGINT, lambda *_: cancel.set())
     try:
         print(f"optimizing {g.name} ({len(g)} nodes) for {a.time_budget:g} s on {device} ({a.cost} cost) "
@@ -479,6 +485,50 @@ def cmd_optimize(a: argparse.Namespace) -> dict[str, Any]:
             raise LimitNotReached(f"no plan reaches the memory limit {format_bytes(limit)}: the best peak "
                                   f"found is {format_bytes(pf.points[0].peak)} ({rows[0]['peak_ratio']:.3f}x); "
                                   f"its plan is point 0 of {a.output}")
+    return res
+
+
+def _optimize_with(a: argparse.Namespace, g, cost, device: str, memory) -> dict[str, Any]:
+    """``magis optimize --method NAME --memory-limit X``: another method (SwapAdvisor, say) at one
+    memory limit; the plan file holds its point and PyTorch's eager order (last)."""
+    from core.search.methods import get_method, run_method
+    from core.search.peers.base import eager_peak
+    from core.search.plan import PlanFile, save_plans
+    from core.search.wl_hash import graph_hash
+
+    name = a.optimize_method
+    m = get_method(name)
+    if memory is None:
+        raise ValueError(f"--method {name}: give --memory-limit (only MAGIS sweeps --latency-limit and --pareto)")
+    limit = memory.bytes(eager_peak(g, cost))
+    print(f"optimizing {g.name} ({len(g)} nodes) with {m.label} for {a.time_budget:g} s on {device}, "
+          f"memory limit {format_bytes(limit)}", file=sys.stderr, flush=True)
+    run = run_method(name, g, cost, time_budget=a.time_budget, memory_limit=limit,
+                     progress=lambda msg: print(f"  {msg}", file=sys.stderr, flush=True))
+    if not run.plans:
+        raise LimitNotReached("; ".join(f.reason for f in run.failures) or f"{m.label} gave no plan")
+    eager = run_method("eager", g, cost).plans
+    points = sorted(run.plans, key=lambda p: (p.peak > limit, p.latency)) + eager
+    pf = PlanFile(g.name, graph_hash(g), device, points, [], {"method": name, "limit_bytes": limit,
+                                                           "seconds": round(run.seconds, 3)})
+    save_plans(pf, a.output)
+    base = points[-1]
+    rows = [{"point": k, "method": p.method, "label": p.label, "peak_bytes": p.peak, "latency_seconds": p.latency,
+             "peak_ratio": p.peak / base.peak if base.peak else 1.0,
+             "latency_ratio": p.latency / base.latency if base.latency else 1.0,
+             "applications": len(p.applications)} for k, p in enumerate(points)]
+    res = {"output": str(a.output), "points": rows, "meta": pf.meta}
+    if a.json:
+        print(json.dumps(res, indent=1))
+    else:
+        print(f"wrote {a.output}: {len(rows)} point(s)")
+        for r in rows:
+            print(f"  [{r['point']}] {r['method']:6s} peak {format_bytes(r['peak_bytes'])} ({r['peak_ratio']:.3f}x)  "
+                  f"latency {r['latency_seconds'] * 1e3:.2f} ms ({r['latency_ratio']:.3f}x)  "
+                  f"{plural(r['applications'], 'rule application')}  {r['label']}")
+    if points[0].peak > limit:
+        raise LimitNotReached(f"no plan reaches the memory limit {format_bytes(limit)}: the best peak found is "
+                              f"{format_bytes(points[0].peak)}; its plan is point 0 of {a.output}")
     return res
 
 
@@ -798,6 +848,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help=f"device profile for the latency estimate: {_names(DEVICES)} (default: {DEFAULT_PROFILE}; "
                         f"with --cost calibrated or measured, this machine's profile: cpu without a GPU)")
     _cost_option(s)
+    s.add_argument("--method", dest="optimize_method", default="magis", metavar="NAME",
+                   help=f"the method: {_names(METHODS)} (default: magis; another one with --memory-limit, "
+                        f"e.g. swapadvisor)")
     s.add_argument("-o", "--output", required=True, type=Path, metavar="PLAN",
                    help="plan file to write (.json, or .json.gz to compress)")
     s.add_argument("--json", action="store_true", help="print the result as one JSON object")

@@ -37,6 +37,7 @@ from core.search.plan import (
     merge_plans,
     plans_from_bytes,
     replay,
+    sim_options,
 )
 from core.simulate import SimResult, simulate
 from core.transform.registry import RULES, families, get_rule
@@ -174,7 +175,7 @@ def build_view(imported: Graph, plan: Plan, key: int, device: str) -> PointView:
     t0 = time.perf_counter()
     g = replay(imported, plan.applications)
     check_order(g, plan.order)
-    sim = simulate(g, plan.order, AnalyticCost(device), validate=False)
+    sim = simulate(g, plan.order, AnalyticCost(device), validate=False, **sim_options(plan))  # SwapAdvisor's streams
     hot = sim.memory.hotspots()
     origin = origins(imported, g)
     return PointView(key, plan, g, sim, hot, {s.root.node for s in hot if s.alloc >= 0},

@@ -84,3 +84,7 @@ def metrics(peak: int, latency: float, **others: float) -> dict[str, float]:
 
 __all__ = ["DRAM", "HOST_BYTES", "HasMetrics", "LATENCY", "METRICS", "PEAK", "Metric", "Metrics", "get_metric", "metrics",
            "register_metric"]
+
+POOL_BYTES = register_metric(Metric("pool_bytes", "memory pool", "bytes",
+                                    "SwapAdvisor's pool of size-class objects (with the residents) the device holds"))
+__all__ += ["POOL_BYTES"]

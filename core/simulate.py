@@ -11,12 +11,13 @@ available per step and over time (seconds); the peak is the same on both.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from .analysis.lifetimes import MemoryProfile, Storage, memory_over_time, memory_profile, storage_table
+from .cost.devices import duplex_factor
 from .cost.model import AnalyticCost, CostModel
 from .ir.graph import Graph, Node, NodeKind, TRef
 from .metrics import metrics
@@ -85,12 +86,21 @@ def async_copies(cost: CostModel) -> bool:
 
 
 def stream_times(g: Graph, order: Sequence[int], duration: Callable[[Node], float],
-                 async_copies: bool = True) -> tuple[np.ndarray, np.ndarray, np.ndarray, list[str]]:
+                 async_copies: bool = True, duplex: float | None = None,
+                 waits: Mapping[int, Sequence[int]] | None = None
+                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, list[str]]:
     """THE timing semantics: (start, end, issue time, stream) of each step of ``order``.  Compute ops
     run one after another on the compute stream once their inputs are ready; a STORE/LOAD is issued
     in program order (at the compute stream's time) and queued on the copy stream.  Without
     ``async_copies`` (a device with no copy engine: the CPU, where the exported script copies in
-    line) a copy also holds the compute stream until it ends."""
+    line) a copy also holds the compute stream until it ends.
+
+    ``duplex`` (SwapAdvisor's three streams, section 4.1): STOREs queue on a swap-out stream and
+    LOADs on a swap-in stream (labels ``"swap_out"``/``"swap_in"``), each in program order; a copy
+    that starts while the other direction is busy takes ``duplex`` times as long (the link's
+    both-ways bandwidth shared, ``cost.devices.duplex_factor``).  ``waits``: step -> earlier copy
+    steps the compute stream waits for before issuing it (the memory it takes is that of a tensor
+    being swapped out: SwapAdvisor's edge swap-out -> op)."""
     n = len(order)
     start = np.zeros(n)
     end = np.zeros(n)
@@ -98,14 +108,28 @@ def stream_times(g: Graph, order: Sequence[int], duration: Callable[[Node], floa
     stream = ["compute"] * n
     ready: dict[int, float] = {}
     t_compute = 0.0
-    t_copy = 0.0
+    t_copy = t_in = t_out = 0.0
     nodes = g.nodes
     for i, nid in enumerate(order):
         node = nodes[nid]
         dep = max((ready.get(p, 0.0) for p in g.preds(nid)), default=0.0)
         dur = duration(node)
+        if waits and i in waits:
+            t_compute = max([t_compute, *(end[j] for j in waits[i])])
         issue[i] = t_compute
-        if node.kind in COPY_KINDS:  # issued in program order, then queued on the copy stream
+        if node.kind in COPY_KINDS and duplex is not None:  # three streams: one per direction
+            out = node.kind == NodeKind.STORE
+            s = max(dep, t_out if out else t_in, t_compute)
+            if (t_in if out else t_out) > s:
+                dur *= duplex
+            if out:
+                t_out = s + dur
+            else:
+                t_in = s + dur
+            stream[i] = "swap_out" if out else "swap_in"
+            if not async_copies:
+                t_compute = s + dur
+        elif node.kind in COPY_KINDS:  # issued in program order, then queued on the copy stream
             s = max(dep, t_copy, t_compute)
             t_copy = s + dur
             stream[i] = "copy"
@@ -124,16 +148,25 @@ def copies_done(end: np.ndarray, issue: np.ndarray, stream: Sequence[str]) -> di
     """Each copy step -> the last step issued before the copy finishes (its input, or its output's
     readiness, is held until then)."""
     return {i: max(i, int(np.searchsorted(issue, end[i], side="left")) - 1)
-            for i, k in enumerate(stream) if k == "copy"}
+            for i, k in enumerate(stream) if k != "compute"}
 
 
 def simulate(g: Graph, order: Sequence[int], cost: CostModel | None = None,
-             count_resident: bool = True, validate: bool = True) -> SimResult:
+             count_resident: bool = True, validate: bool = True, swap_streams: bool = False,
+             waits: Sequence[tuple[int, int]] = ()) -> SimResult:
+    """``swap_streams``: SwapAdvisor's three streams (compute, swap-in, swap-out; ``stream_times``);
+    ``waits``: (node, STORE node) pairs, the compute stream waiting for the copy before the node."""
     cost = cost or AnalyticCost()
     order = list(order)
     n = len(order)
+    duplex = duplex_factor(cost.device) if swap_streams and getattr(cost, "device", None) is not None else (
+        1.0 if swap_streams else None)
+    step = {v: i for i, v in enumerate(order)} if waits else {}
+    wait_at: dict[int, list[int]] = {}
+    for v, st in waits:
+        wait_at.setdefault(step[v], []).append(step[st])
     start, end, issue, stream = stream_times(g, order, lambda node: cost.node_time(g, node),
-                                             async_copies(cost))
+                                             async_copies(cost), duplex, wait_at)
     done = copies_done(end, issue, stream)
     mem = memory_profile(g, order, count_resident=count_resident, validate=validate,
                          copy_done=done.__getitem__ if done else None)

@@ -98,7 +98,8 @@ class ScriptWriter:
     """Writes the body of ``_step``: one line per scheduled node, then its ``del`` line."""
 
     def __init__(self, g: Graph, order: Sequence[int], copy_done: Mapping[int, int] | None = None,
-                 depth: int = 0, prefix: str = "") -> None:
+                 depth: int = 0, prefix: str = "", waits: Sequence[tuple[int, int]] = (),
+                 swap_streams: bool = False) -> None:
         self.g = g
         self.order = list(order)
         self.depth = depth  # fission loops around this graph's lines
@@ -110,6 +111,10 @@ class ScriptWriter:
         self.pending_loads: set[TRef] = set()
         self.uses_swap = any(g[n].kind in (NodeKind.STORE, NodeKind.LOAD) for n in self.order)
         self.underscore = False  # an unused output was bound to ``_`` by the current line
+        self.waits: dict[int, list[int]] = {}  # node -> STOREs whose copies it waits for (SwapAdvisor)
+        for v, st in waits:
+            self.waits.setdefault(v, []).append(st)
+        self.swap_streams = swap_streams
 
     def _comment(self, node: Node, extra: str = "") -> str:
         parts = [p for p in (extra, node.module) if p]
@@ -286,7 +291,7 @@ class ScriptWriter:
     def body(self) -> list[str]:
         out: list[str] = []
         if self.uses_swap:
-            out.append("swap = Swapper(device)")
+            out.append("swap = Swapper(device, streams=2)" if self.swap_streams else "swap = Swapper(device)")
         for n in self.g.placeholders():
             out.append(f"{self.names[n.refs()[0]]} = tensors[{input_key(n)!r}]")
         out.extend(self.steps())
@@ -306,6 +311,8 @@ class ScriptWriter:
             emitter = self.EMITTERS.get(node.kind)
             if emitter is None:
                 raise CodegenError(f"node {node.name!r} of kind {node.kind.value} cannot be scheduled")
+            for st in self.waits.get(nid, ()):
+                out.append(f"swap.wait_copy({self.names[TRef(st, 0)]})")
             for r in node.inputs():
                 if r in self.pending_loads:
                     self.pending_loads.discard(r)
@@ -368,11 +375,13 @@ def _literal(obj: Any, indent: str = "    ") -> str:
 
 
 def generate_source(g: Graph, order: Sequence[int], schedule_name: str = "custom", cost: Any = None,
-                    sim: Any = None) -> str:
+                    sim: Any = None, waits: Sequence[tuple[int, int]] = (), swap_streams: bool = False) -> str:
     """The exported script for ``g`` run in ``order`` (a list of op node ids); ``sim``: its
     simulation with ``cost`` when the caller already has it.  ``cost`` (default: the analytic model
     of the default device) decides the release points of swapped tensors' device copies and the
-    header's peak, latency and device.
+    header's peak, latency and device.  ``swap_streams`` and ``waits`` (``search.plan.sim_options``
+    of a SwapAdvisor plan): swap-outs and swap-ins on two side streams, and the compute waiting for
+    the listed swap-outs before the listed nodes.
 
     Raises GraphError if ``order`` is not a valid schedule, CodegenError if a node cannot be written.
     """
@@ -380,8 +389,8 @@ def generate_source(g: Graph, order: Sequence[int], schedule_name: str = "custom
 
     order = list(order)
     if sim is None:
-        sim = simulate(g, order, cost=cost)
-    writer = ScriptWriter(g, order, sim.copy_done)
+        sim = simulate(g, order, cost=cost, swap_streams=swap_streams, waits=waits)
+    writer = ScriptWriter(g, order, sim.copy_done, waits=waits, swap_streams=swap_streams)
     body = writer.body()
     spec = input_spec(g)
     device_name = getattr(getattr(cost, "device", None), "name", None) or DEFAULT_PROFILE
@@ -461,9 +470,11 @@ from __future__ import annotations
 
 
 def export_script(g: Graph, order: Sequence[int], path: str | os.PathLike, schedule_name: str = "custom",
-                  cost: Any = None, sim: Any = None) -> Path:
+                  cost: Any = None, sim: Any = None, waits: Sequence[tuple[int, int]] = (),
+                  swap_streams: bool = False) -> Path:
     """Write :func:`generate_source` to ``path`` atomically (never a half-written file); returns it."""
-    src = generate_source(g, order, schedule_name=schedule_name, cost=cost, sim=sim)
+    src = generate_source(g, order, schedule_name=schedule_name, cost=cost, sim=sim, waits=waits,
+                          swap_streams=swap_streams)
     from ..ir.io import atomic_write
 
     return atomic_write(path, src.encode())

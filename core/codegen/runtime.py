@@ -147,13 +147,16 @@ class Swapper:
     memory, not counted by the tracker), ``load`` a copy back to the device, ``wait`` a no-op.
     """
 
-    def __init__(self, device: str | torch.device) -> None:
+    def __init__(self, device: str | torch.device, streams: int = 1) -> None:
         self.device = torch.device(device)
         self.cuda = self.device.type == "cuda"
         self._pending: dict[int, Any] = {}
+        self._stored: dict[int, Any] = {}  # id(host) -> event recorded after its store
         if self.cuda:
             self.compute = torch.cuda.current_stream(self.device)
             self.copy = torch.cuda.Stream(self.device)
+            # SwapAdvisor's three streams: swap-outs and swap-ins on two side streams of their own
+            self.copy_in = torch.cuda.Stream(self.device) if streams > 1 else self.copy
 
     def store(self, x: torch.Tensor) -> torch.Tensor:
         if not self.cuda:
@@ -166,20 +169,34 @@ class Swapper:
         with torch.cuda.stream(self.copy):
             self.copy.wait_event(produced)
             host.copy_(x, non_blocking=True)
+            stored = torch.cuda.Event()
+            stored.record(self.copy)
         x.record_stream(self.copy)
+        self._stored[id(host)] = stored
         return host
 
     def load(self, host: torch.Tensor) -> torch.Tensor:
         if not self.cuda:
             return host.to(self.device, copy=True)
-        with torch.cuda.stream(self.copy):
+        stored = self._stored.get(id(host))
+        with torch.cuda.stream(self.copy_in):
+            if stored is not None and self.copy_in is not self.copy:
+                self.copy_in.wait_event(stored)  # the host copy is complete
             y = torch.empty(host.size(), dtype=host.dtype, device=self.device)
             y.copy_(host, non_blocking=True)
             done = torch.cuda.Event()
-            done.record(self.copy)
+            done.record(self.copy_in)
         y.record_stream(self.compute)
         self._pending[id(y)] = done
         return y
+
+    def wait_copy(self, host: torch.Tensor) -> None:
+        """Block until the store that made ``host`` has finished, so the device memory of the stored
+        tensor is free for the next allocation (SwapAdvisor's edge swap-out -> op); on the CPU the
+        copy already ran in line."""
+        stored = self._stored.get(id(host))
+        if stored is not None:
+            stored.synchronize()
 
     def wait(self, y: torch.Tensor) -> torch.Tensor:
         done = self._pending.pop(id(y), None)
@@ -191,7 +208,9 @@ class Swapper:
         """Make the compute stream wait for every copy still in flight (end of the step)."""
         if self.cuda:
             self.compute.wait_stream(self.copy)
+            self.compute.wait_stream(self.copy_in)
             self._pending.clear()
+            self._stored.clear()
 
 
 # ---- device-neutral kernels ------------------------------------------------------------------------

@@ -277,15 +277,16 @@ def verify_graph(g: Graph, order: Sequence[int], tensors: dict[str, torch.Tensor
                  *, schedule: str = "custom", seed: int = 0, rtol: float | None = RTOL, atol: float | None = ATOL,
                  peak_tol: float = PEAK_TOL, script_dir: str | Path | None = None,
                  audit: bool | None = None, details: bool = True,
-                 cost: CostModel | None = None) -> dict[str, Any]:
+                 cost: CostModel | None = None, sim_options: dict[str, Any] | None = None) -> dict[str, Any]:
     """The exported script of ``g`` under ``order`` run on ``tensors`` (the graph's inputs by input
     key) against the eager outputs ``ref``: :func:`verify_module` once the reference exists, so
     many graphs of one model (transformed, rescheduled) share one eager run.  ``cost``: the cost
     model of the simulation (a plan's device; default: the default device's analytic model)."""
     order = list(order)
     cost = cost or AnalyticCost()
-    sim = simulate(g, order, cost)  # the script's release plan and the peak it is compared with
-    src = generate_source(g, order, schedule_name=schedule, cost=cost, sim=sim)
+    opts = sim_options or {}  # a plan's (``search.plan.sim_options``): SwapAdvisor's streams and waits
+    sim = simulate(g, order, cost, **opts)  # the script's release plan and the peak it is compared with
+    src = generate_source(g, order, schedule_name=schedule, cost=cost, sim=sim, **opts)
     with tempfile.TemporaryDirectory(prefix="magis_verify_") as tmp:
         path = Path(script_dir or tmp) / f"{_safe(g.name)}_{_safe(schedule)}.py"
         path.write_text(src)

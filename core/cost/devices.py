@@ -24,6 +24,7 @@ class DeviceProfile:
     half_time: float = 4e-6  # an op needing this long at peak runs at half efficiency
     view_overhead: float = 0.0  # s per view op (metadata only, no kernel): dispatch cost, ~0 on a GPU
     async_copies: bool = True  # swaps overlap compute (a GPU's copy engine); False: a copy blocks (a CPU)
+    host_duplex_bandwidth: float = 0.0  # bytes/s of both directions together; 0: 20/12 of host_bandwidth
     notes: str = ""
     extra: dict[str, float] = field(default_factory=dict)
 
@@ -64,6 +65,13 @@ DEVICES: dict[str, DeviceProfile] = {
 }
 
 DEFAULT_PROFILE = "rtx3090"
+
+
+def duplex_factor(p: DeviceProfile) -> float:
+    """How much longer a copy takes while one runs the other way: one-way bandwidth over half the
+    both-ways bandwidth (SwapAdvisor's testbed: 12 GB/s one way, 20 GB/s both ways -> 1.2)."""
+    both = p.host_duplex_bandwidth or p.host_bandwidth * 20 / 12
+    return max(1.0, 2 * p.host_bandwidth / both)
 
 
 def profile_to_dict(p: DeviceProfile) -> dict:

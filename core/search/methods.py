@@ -22,6 +22,7 @@ from ..simulate import simulate
 from .peers import DTR, Checkmate, Eager, Microbatch, MicrobatchCkpt, Offload, OffloadCkpt, SqrtN, TorchMinCut
 from .peers.base import Method, MethodRun, Progress
 from .peers.common import Failure
+from .peers.swapadvisor import Ideal, ODSwap, SwapAdvisor
 from .plan import Plan
 
 METHODS: dict[str, Method] = {}
@@ -100,6 +101,8 @@ for _m in (Magis(), Eager(), Microbatch(), Offload(), MicrobatchCkpt(), OffloadC
            Scheduled("serenity", "Serenity DP", "#0891b2", "hexagon", "Ahn et al. 2020, Serenity (MLSys)",
                      max_nodes=800),
            Scheduled("hmcos", "HMCOS", "#be185d", "pentagon", "Wang et al. 2022, HMCOS (DAC)", max_nodes=5000)):
+    register_method(_m)
+for _m in (SwapAdvisor(), ODSwap(), Ideal()):  # SwapAdvisor and its baselines (issue 30)
     register_method(_m)
 
 PEER_FAMILIES = ("peer", "baseline")

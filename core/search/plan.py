@@ -64,6 +64,15 @@ class Plan(HasMetrics):
                 "order": [int(v) for v in self.order], "stats": self.stats}
 
 
+def sim_options(plan: Plan) -> dict[str, Any]:
+    """The ``simulate`` (and exporter) options a plan was made with: SwapAdvisor's three streams and
+    the copies the compute stream waits for (``stats["swap_streams"]``, ``stats["waits"]``), or none."""
+    if not plan.stats.get("swap_streams"):
+        return {}
+    waits = plan.stats.get("waits", [])
+    return {"swap_streams": True, "waits": [(int(a), int(b)) for a, b in waits]}
+
+
 def replay(imported: Graph, applications: Iterable[Application]) -> Graph:
     """A copy of ``imported`` with ``applications`` applied in order (PlanError naming the step
     that does not apply)."""
@@ -274,4 +283,4 @@ def merge_plans(old: PlanFile, new: PlanFile) -> PlanFile:
 
 
 __all__ = ["Plan", "PlanError", "PlanFile", "check_order", "load_plans", "merge_plans", "plans_from_bytes",
-           "plans_from_dict", "plans_to_bytes", "replay", "save_plans", "thin"]
+           "plans_from_dict", "plans_to_bytes", "replay", "save_plans", "sim_options", "thin"]
