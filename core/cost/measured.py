@@ -32,7 +32,7 @@ import torch
 from ..ir.graph import Graph, Node, NodeKind, TRef
 from ..ir.torch_bridge import materialize, resolve_op, torch_dtype
 from .devices import DeviceProfile, get_device
-from .model import AnalyticCost, CostModel, fission_glue, op_features
+from .model import AnalyticCost, CostModel, fission_time, op_features
 
 CACHE_VERSION = 2
 COPY_KINDS = (NodeKind.STORE, NodeKind.LOAD)
@@ -173,13 +173,7 @@ class MeasuredCost(CostModel):
         if node.kind == NodeKind.PLACEHOLDER:
             return 0.0
         if node.kind == NodeKind.FISSION and node.fission is not None:
-            spec = node.fission  # its sub-graph does not change once built: timed once per model
-            cached = getattr(spec, "_time", None)
-            if cached is None or cached[0] is not self:
-                sub = spec.graph
-                cached = spec._time = (self, spec.n * sum(self.node_time(sub, m) for m in sub.ops())
-                                       + fission_glue(self.device, node))
-            return cached[1]
+            return fission_time(self, node)
         if node.kind not in (NodeKind.OP, *COPY_KINDS):
             return self._analytic.node_time(g, node)
         k = self.key(g, node)

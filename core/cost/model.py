@@ -80,13 +80,7 @@ class AnalyticCost(CostModel):
         if node.kind in (NodeKind.STORE, NodeKind.LOAD):
             return self.transfer_time(sum(t.logical_bytes for t in node.outputs))
         if node.kind == NodeKind.FISSION and node.fission is not None:
-            spec = node.fission  # its sub-graph does not change once built: timed once per model
-            cached = getattr(spec, "_time", None)
-            if cached is None or cached[0] is not self:
-                sub = spec.graph
-                cached = spec._time = (self, spec.n * sum(self.node_time(sub, m) for m in sub.ops())
-                                       + fission_glue(self.device, node))
-            return cached[1]
+            return fission_time(self, node)
         key = op_signature(g, node)
         t = self._cache.get(key)
         if t is None:
@@ -102,6 +96,19 @@ def roofline(dev: DeviceProfile, flops: float, nbytes: float, peak: float | None
     t_c = (flops + pc * dev.half_time) / pc if flops > 0 else 0.0
     t_m = (nbytes + pm * dev.half_time) / pm if nbytes > 0 else 0.0
     return dev.launch_overhead + max(t_c, t_m)
+
+
+def fission_time(cost: CostModel, node: Node) -> float:
+    """A fission node's time under ``cost``: n times its sub-graph's ops plus the loop's slicing and
+    combining (``fission_glue``).  The sub-graph does not change once built, so it is timed once per
+    cost model (cached on the node's spec)."""
+    spec = node.fission
+    cached = getattr(spec, "_time", None)
+    if cached is None or cached[0] is not cost:
+        sub = spec.graph
+        cached = spec._time = (cost, spec.n * sum(cost.node_time(sub, m) for m in sub.ops())
+                               + fission_glue(cost.device, node))
+    return cached[1]
 
 
 def fission_glue(dev: DeviceProfile, node: Node) -> float:
