@@ -66,6 +66,27 @@ def saved_activations(g: Graph, order: list[int] | None = None) -> list[tuple[TR
     return out
 
 
+
+def offloaded(g: Graph, pick: list) -> tuple[Graph, list[Application], int, int]:
+    """A copy of ``g`` with each picked saved activation (``saved_activations``'s (tensor, late
+    readers, views remade)) offloaded by ``swap_late``: (graph, applications, how many the rule
+    refused, bytes offloaded)."""
+    rule = SwapLate()
+    h = g.copy()
+    apps: list[Application] = []
+    refused = stored = 0
+    for ref, late, remade in pick:
+        app = Application(rule.name, (ref.node, ref.index, len(late), *late, *remade))
+        try:
+            rule.apply(h, app)
+        except RuleNotApplicable:
+            refused += 1
+            continue
+        apps.append(app)
+        stored += g.tensor(ref).nbytes
+    return h, apps, refused, stored
+
+
 class Offload(Method):
     name = "offload"
     label = "activation offloading"
@@ -81,7 +102,6 @@ class Offload(Method):
             return [], [Failure("all", "no saved activation: the graph has no backward that reads the forward's "
                                        "tensors")]
         largest = max(g.tensor(ref).nbytes for ref, _, _ in saved)
-        rule = SwapLate()
         plans: list[Plan] = []
         failures: list[Failure] = []
         seen: set[tuple[TRef, ...]] = set()
@@ -95,18 +115,7 @@ class Offload(Method):
             if time.perf_counter() - t0 > time_budget:
                 failures.append(Failure(label, f"time budget {time_budget:g} s spent"))
                 continue
-            h = g.copy()
-            apps: list[Application] = []
-            refused = stored = 0
-            for ref, late, remade in pick:
-                app = Application(rule.name, (ref.node, ref.index, len(late), *late, *remade))
-                try:
-                    rule.apply(h, app)
-                except RuleNotApplicable:
-                    refused += 1
-                    continue
-                apps.append(app)
-                stored += g.tensor(ref).nbytes
+            h, apps, refused, stored = offloaded(g, pick)
             order, sim = place_and_simulate(h, traced_order(h), cost)
             plans.append(Plan(self.name, apps, order, sim.metrics(), label,
                               {"offloaded": len(apps), "refused": refused, "saved_activations": len(saved),

@@ -15,16 +15,13 @@ from __future__ import annotations
 
 import time
 
-from ...errors import RuleNotApplicable
 from ...ir.graph import NodeKind, TRef
 from ...ir.topo import pull_order
 from ...schedule.placement import place_and_simulate
-from ...transform.rule import Application
-from ...transform.swap import SwapLate
 from ..plan import Plan
 from .base import Method
 from .common import Failure, forward_ops, realise, two_instance_decision
-from .offload import FRACTIONS, saved_activations
+from .offload import FRACTIONS, offloaded, saved_activations
 from .sqrt_n import checkpoint_modes
 
 MODES = ("cheap", "cheap 0.25", "sqrt n")
@@ -42,7 +39,6 @@ class OffloadCkpt(Method):
     def _run(self, g, cost, *, time_budget, progress, fractions=FRACTIONS, checkpointing=MODES, **_):
         t0 = time.perf_counter()
         backward = {n.id for n in g.ops()} - forward_ops(g)
-        rule = SwapLate()
         plans: list[Plan] = []
         failures: list[Failure] = []
         for mode, recompute in checkpoint_modes(g, cost, checkpointing):
@@ -70,18 +66,7 @@ class OffloadCkpt(Method):
                 if time.perf_counter() - t0 > time_budget:
                     failures.append(Failure(label, f"time budget {time_budget:g} s spent"))
                     continue
-                h = r.graph.copy()
-                apps: list[Application] = []
-                refused = stored = 0
-                for ref, late, remade in pick:
-                    app = Application(rule.name, (ref.node, ref.index, len(late), *late, *remade))
-                    try:
-                        rule.apply(h, app)
-                    except RuleNotApplicable:
-                        refused += 1
-                        continue
-                    apps.append(app)
-                    stored += h.tensor(ref).nbytes
+                h, apps, refused, stored = offloaded(r.graph, pick)
                 # the checkpointed schedule, each node the swaps added just before its first reader
                 # (the placement then moves the copies)
                 order = pull_order(h, [v for v in r.order if v in h.nodes] + [n.id for n in h.ops()],
