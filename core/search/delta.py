@@ -631,15 +631,7 @@ class DeltaEvaluator:
         mid = np.where(old, bg[src], bg[src] - freed[src])
         delta = w - (R - L + 1)
         new_n = n + delta
-        wpos = {v: L + k for k, v in enumerate(window)}
-
-        def newpos(v: int) -> int:
-            p = wpos.get(v)
-            if p is not None:
-                return p
-            p = pos[v]
-            return p if p < L else p + delta
-
+        newpos = self._newpos(L, R, window)
         d = np.zeros(new_n + 1, dtype=np.int64)
         st = self.storages.st
         for key in keys:
@@ -649,6 +641,22 @@ class DeltaEvaluator:
                 d[iv[0]] += iv[2]
                 d[iv[1] + 1] -= iv[2]
         return np.concatenate([bg[:L], mid, bg[R + 1:]]) + np.cumsum(d)[:new_n], newpos
+
+    def _newpos(self, L: int, R: int, window: Sequence[int]) -> Callable[[int], int]:
+        """Where an op of the working schedule (or of ``window``) is once positions L..R are
+        replaced by ``window``."""
+        pos = self.pos
+        delta = len(window) - (R - L + 1)
+        wpos = {v: L + k for k, v in enumerate(window)}
+
+        def newpos(v: int) -> int:
+            p = wpos.get(v)
+            if p is not None:
+                return p
+            p = pos[v]
+            return p if p < L else p + delta
+
+        return newpos
 
     def _background(self, affected: set[TRef]) -> np.ndarray:
         """The working curve without the storages in ``affected``."""
@@ -668,21 +676,12 @@ class DeltaEvaluator:
         changed; the index already reflects the new graph), the new intervals of those storages and
         the new position function."""
         n = len(self.order)
-        pos = self.pos
         if bg is None:
             bg = self._background(affected)
         w = len(window)
         delta = w - (R - L + 1)
         new_n = n + delta
-        wpos = {v: L + k for k, v in enumerate(window)}
-
-        def newpos(v: int) -> int:
-            p = wpos.get(v)
-            if p is not None:
-                return p
-            p = pos[v]
-            return p if p < L else p + delta
-
+        newpos = self._newpos(L, R, window)
         mid = np.full(w, bg[L] if L < n else 0, dtype=np.int64)
         new_bg = np.concatenate([bg[:L], mid, bg[R + 1:]])
         d2 = np.zeros(new_n + 1, dtype=np.int64)
