@@ -13,7 +13,8 @@ rewrites parameters' values).
 
 I-Trans (identities that open the way for others): ``enlarge_conv`` (zero-pad a 1x1 kernel to a
 sibling convolution's k x k, so that the two become mergeable: OCGGS Fig. 1), ``split_relu``,
-``distribute_mul``, ``add_comm`` / ``mul_comm``, ``add_assoc`` / ``mul_assoc``, ``transpose_mm``
+``distribute_mul``, ``cse_view`` / ``cse_t`` (two identical views of one tensor become one: a
+transformer's Q, K and V projections each flatten the same activation), ``add_comm`` / ``mul_comm``, ``add_assoc`` / ``mul_assoc``, ``transpose_mm``
 (``(AB)^T -> B^T A^T``) and ``mm_transpose`` (``A^T B^T -> (BA)^T``).
 
 A merged result is split with ``split_with_sizes``, whose parts are views of it; a part along a
@@ -291,8 +292,23 @@ MM_TRANSPOSE = Substitution(
     target=(pop("p", "mm.default", In("B"), In("A")), pop("z", "t.default", Ref("p"))),
     outputs=((Ref("y"), Ref("z")),), guard=_no_merging_views)
 
+def _cse(name: str, op: str) -> Substitution:
+    return Substitution(
+        name, f"I-Trans: two identical {op.split('.')[0]} ops of one tensor become one", "I-Trans",
+        source=(pop("y1", op, In("X"), Var("s")), pop("y2", op, In("X"), Var("s"))),
+        target=(pop("y", op, In("X"), Var("s")),), outputs=((Ref("y1"), Ref("y")), (Ref("y2"), Ref("y"))),
+        unordered=((0, 1),))
+
+
+CSE_VIEW = _cse("cse_view", "view.default")
+CSE_T = Substitution(
+    "cse_t", "I-Trans: two transposes of one matrix become one", "I-Trans",
+    source=(pop("y1", "t.default", In("X")), pop("y2", "t.default", In("X"))),
+    target=(pop("y", "t.default", In("X")),), outputs=((Ref("y1"), Ref("y")), (Ref("y2"), Ref("y"))),
+    unordered=((0, 1),))
+
 SUBSTITUTIONS: tuple[Substitution, ...] = (
     MERGE_MATMUL, MERGE_MATMUL_RHS, MERGE_LINEAR, MERGE_CONV, MERGE_CONV_NOBIAS, CAT_RELU, FACTOR_MUL, FOLD_BN,
     FOLD_BN_NOBIAS, ENLARGE_CONV, SPLIT_RELU, DISTRIBUTE_MUL, ADD_COMM, MUL_COMM, ADD_ASSOC, MUL_ASSOC,
-    TRANSPOSE_MM, MM_TRANSPOSE,
+    TRANSPOSE_MM, MM_TRANSPOSE, CSE_VIEW, CSE_T,
 )

@@ -1,0 +1,259 @@
+"""What every substitution search shares (OCGGS sections 2-4): the graph's cost as the sum of its
+ops' times, node labels and keys, and the matches of a state kept up to date from its parent.
+
+* Cost (:class:`GraphCost`): the analytic cost model's time of each op, summed -- with one compute
+  stream and no copies that is the simulator's latency.  On a forward (inference) graph, ops that
+  read only weights (a concatenation of two filters, a folded batch norm's scale) run once when the
+  model is loaded, as TASO and every inference compiler fold them, so they are left out
+  (``fold_weights``); on a training step every op counts.
+* Labels (section 4.1): an original node has label (0, id); the j-th node created by the k-th
+  substitution of a sequence has (k, j).  key(tau) is the largest label among the nodes tau
+  replaces; a sequence is *ordered* when its keys strictly increase (Theorem 4 / Corollary 1: the
+  ordered sequences reach every graph the unordered ones reach), so an exact search explores only
+  those.
+* :class:`Walk` holds one graph and edits it in place: ``push`` applies a substitution (journaled),
+  ``pop`` undoes it.  Its matches after a push are found either from scratch (``reuse=False``:
+  Pruning) or, as DPP does (section 4.2), by keeping the parent's matches that do not touch a
+  replaced node and searching new ones only around the nodes the substitution created.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+
+from ...cost.model import CostModel
+from ...errors import RuleNotApplicable
+from ...ir.graph import EditLog, Graph, NodeKind, TensorKind
+from ...transform.rule import Application
+from ...transform.substitution import SUBSTITUTE_RULES, Substitute
+from ...transform.substitution.pattern import bind, find_matches, op_index
+
+Label = tuple[int, int]
+
+# commutativity makes every add and mul a match of equal cost; searches leave it out unless asked
+DEFAULT_EXCLUDE = ("add_comm", "mul_comm")
+
+
+def search_rules(names: Iterable[str] | None = None) -> dict[str, Substitute]:
+    """The substitution rules a search uses: ``names``, or every rule but commutativity."""
+    by = {r.name: r for r in SUBSTITUTE_RULES}
+    if names is None:
+        return {k: r for k, r in by.items() if k not in DEFAULT_EXCLUDE}
+    names = list(names)
+    unknown = [n for n in names if n not in by]
+    if unknown:
+        raise ValueError(f"unknown substitution rule(s) {', '.join(unknown)}; known: {', '.join(by)}")
+    return {n: by[n] for n in names}
+
+
+class GraphCost:
+    """Per-op times of a graph and their sum, kept per node id (ids are never reused within one
+    graph's history, and a re-applied substitution recreates the same ids with the same ops)."""
+
+    def __init__(self, g: Graph, cost: CostModel, fold_weights: bool | None = None) -> None:
+        self.cost = cost
+        self.fold = g.meta.get("mode") == "forward" if fold_weights is None else fold_weights
+        self.times: dict[int, float] = {}
+        self.const: dict[int, bool] = {}
+        for nid in g.topo_order():
+            self.note(g, nid)
+
+    def note(self, g: Graph, nid: int) -> float:
+        """Record node ``nid``'s time (0 for a folded weight-only op); returns it."""
+        n = g.nodes[nid]
+        if n.kind == NodeKind.PLACEHOLDER:
+            const = all(t.kind == TensorKind.WEIGHT for t in n.outputs)
+        else:
+            const = self.fold and bool(n.inputs()) and all(self.const.get(p, False) for p in g.preds(nid))
+        self.const[nid] = const
+        t = 0.0 if const or n.kind == NodeKind.PLACEHOLDER else self.cost.node_time(g, n)
+        self.times[nid] = t
+        return t
+
+    def copy(self) -> GraphCost:
+        c = GraphCost.__new__(GraphCost)
+        c.cost, c.fold, c.times, c.const = self.cost, self.fold, dict(self.times), dict(self.const)
+        return c
+
+    def total(self, g: Graph) -> float:
+        return sum(self.times[v] for v in g.nodes)
+
+    def delta(self, g: Graph, log: EditLog) -> float:
+        """The change of the total made by the recorded substitution (its added nodes noted)."""
+        gone = sum(self.times[e.nid] for e in log.edits if e.kind == "erase")
+        added = sum(self.note(g, v) for v in sorted(log.added()))
+        return added - gone
+
+
+@dataclass
+class Step:
+    """One substitution of a sequence: the application, the labels it consumed and created."""
+
+    app: Application
+    log: EditLog
+    key: Label
+    replaced: tuple[int, ...]
+    created: tuple[int, ...]
+    cost: float  # the graph's cost after it
+
+
+@dataclass
+class Stats:
+    states: int = 0  # sequences (graphs) evaluated
+    matches: int = 0  # substitutions found (summed over states)
+    refused: int = 0  # applications refused (a cycle)
+    match_seconds: float = 0.0
+
+
+@dataclass
+class Walk:
+    """One graph edited in place along a sequence of substitutions (``push`` / ``pop``)."""
+
+    g: Graph
+    rules: dict[str, Substitute]
+    gc: GraphCost
+    reuse: bool = True
+    stats: Stats = field(default_factory=Stats)
+    steps: list[Step] = field(default_factory=list)
+    labels: dict[int, Label] = field(default_factory=dict)
+    _matches: list[list[Application]] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.labels = {v: (0, v) for v in self.g.nodes}
+        self.cost = self.root_cost = self.gc.total(self.g)
+        self.floor = 0
+        self._matches = [self._find()]
+
+    @property
+    def depth(self) -> int:
+        return len(self.steps)
+
+    @property
+    def last_key(self) -> Label:
+        return self.steps[-1].key if self.steps else (-1, -1)
+
+    def key(self, app: Application) -> Label:
+        rule = self.rules[app.rule]
+        return max(self.labels[v] for v in app.params[:rule.sub.n_source])
+
+    def matches(self) -> list[Application]:
+        """Every substitution of the current graph."""
+        return self._matches[-1]
+
+    def ordered(self) -> list[Application]:
+        """The substitutions that may extend the current sequence in an ordered one."""
+        last = self.last_key
+        return [a for a in self._matches[-1] if self.key(a) > last]
+
+    def push(self, app: Application) -> Step:
+        """Apply ``app`` (RuleNotApplicable: the graph unchanged)."""
+        rule = self.rules[app.rule]
+        key = self.key(app)
+        try:
+            log = rule.apply(self.g, app)
+        except RuleNotApplicable:
+            self.stats.refused += 1
+            raise
+        created = tuple(sorted(log.added()))
+        k = len(self.steps) + 1
+        for j, v in enumerate(created):
+            self.labels[v] = (k, j)
+        self.cost += self.gc.delta(self.g, log)
+        step = Step(app, log, key, tuple(app.params[:rule.sub.n_source]), created, self.cost)
+        self.steps.append(step)
+        self._matches.append(self._after(step) if self.reuse else self._find())
+        self.stats.states += 1
+        return step
+
+    def try_cost(self, app: Application) -> float | None:
+        """The cost after ``app`` (None if it does not apply), the graph left as it was."""
+        rule = self.rules[app.rule]
+        try:
+            log = rule.apply(self.g, app)
+        except RuleNotApplicable:
+            self.stats.refused += 1
+            return None
+        c = self.cost + self.gc.delta(self.g, log)
+        rule.inverse(self.g, log)
+        self.stats.states += 1
+        return c
+
+    def fork(self) -> Walk:
+        """An independent walk at this state (its own copy of the graph); it cannot pop below
+        this state's depth."""
+        w = Walk.__new__(Walk)
+        w.g, w.rules, w.gc, w.reuse, w.stats = self.g.copy(), self.rules, self.gc.copy(), self.reuse, self.stats
+        w.steps = list(self.steps)
+        w.labels = dict(self.labels)
+        w._matches = [self._matches[-1]]
+        w.cost, w.root_cost = self.cost, self.root_cost
+        w.floor = len(self.steps)
+        return w
+
+    def pop(self) -> Step:
+        if len(self.steps) <= self.floor:
+            raise IndexError("a forked walk cannot undo the steps before the fork")
+        step = self.steps.pop()
+        self._matches.pop()
+        self.rules[step.app.rule].inverse(self.g, step.log)
+        self.cost = self.steps[-1].cost if self.steps else self.root_cost
+        return step
+
+    def sequence(self) -> list[Application]:
+        return [s.app for s in self.steps]
+
+    # ---- matches --------------------------------------------------------------------------------
+    def _find(self, anchor: Iterable[int] | None = None) -> list[Application]:
+        import time
+
+        t0 = time.perf_counter()
+        by_op = op_index(self.g)
+        out = [Application(name, p) for name, r in self.rules.items()
+               for p in find_matches(self.g, r.sub, anchor=anchor, by_op=by_op)]
+        self.stats.match_seconds += time.perf_counter() - t0
+        self.stats.matches += len(out)
+        return out
+
+    def _after(self, step: Step) -> list[Application]:
+        """DPP's reuse: the parent's matches that touch no replaced node, plus the matches that
+        contain a node next to the change (created, reading or read by a created node, or an input
+        of a replaced node: its readers changed)."""
+        import time
+
+        t0 = time.perf_counter()
+        g = self.g
+        gone = set(step.replaced)
+        kept = []
+        for a in self._matches[-1]:
+            r = self.rules[a.rule]
+            if gone.isdisjoint(a.params[:r.sub.n_source]):
+                try:  # still a match (a guard may read the neighbourhood: a sibling merged away)
+                    bind(g, r.sub, a.params)
+                except RuleNotApplicable:
+                    continue
+                kept.append(a)
+        region: set[int] = set(step.created)
+        for v in step.created:
+            for p in g.preds(v):
+                region.add(p)
+                region.update(g.users(p))  # siblings: a pattern joined through a shared input
+            region.update(g.users(v))
+        for e in step.log.edits:
+            if e.kind == "erase" and e.node is not None:
+                region.update(p for p in e.node._preds if p in g.nodes)
+            elif e.kind == "args" and e.nid in g.nodes:
+                region.add(e.nid)
+        self.stats.match_seconds += time.perf_counter() - t0
+        fresh = self._find(anchor=sorted(region))
+        seen = {(a.rule, a.params) for a in fresh}
+        # a kept match may have been invalidated only by the cycle condition, checked at apply time
+        return sorted(fresh + [a for a in kept if (a.rule, a.params) not in seen],
+                      key=lambda a: (a.rule, a.params))
+
+
+def labels_of(walk: Walk, ids: Sequence[int]) -> list[Label]:
+    return [walk.labels[v] for v in ids]
+
+
+__all__ = ["DEFAULT_EXCLUDE", "GraphCost", "Label", "Stats", "Step", "Walk", "labels_of", "search_rules"]
