@@ -303,6 +303,7 @@ class Graph:
         self._uses: dict[int, dict[int, int]] = {}  # producer id -> {consumer id: number of refs}
         self._roots: dict[TRef, TRef] = {}
         self._copies: dict[int, set[int]] = {}  # op id -> ids of its recomputed copies
+        self._by_op: dict[str, set[int]] = {}  # aten overload -> ids of the nodes that run it
         self._log: EditLog | None = None
 
     # ---- primitives ----------------------------------------------------------------------------
@@ -322,6 +323,7 @@ class Graph:
                 self._check_ref(r, node)
         self.nodes[node.id] = node
         node._graph = self
+        self._by_op.setdefault(node.op, set()).add(node.id)
         self._next_id = max(self._next_id, node.id + 1)
         self._link(node, +1)
         if node.recompute_of is not None:
@@ -357,6 +359,7 @@ class Graph:
         if node.recompute_of is not None:
             self._drop_copy(node.recompute_of, nid)
         del self.nodes[nid]
+        self._by_op[node.op].discard(nid)
         self._uses.pop(nid, None)
         node._graph = None
         self._roots.clear()
@@ -540,6 +543,11 @@ class Graph:
         """Distinct consumer node ids of any output of ``nid`` (sorted)."""
         u = self._uses.get(nid)
         return sorted(u) if u else []
+
+    def nodes_of(self, op: str) -> list[int]:
+        """Ids of the nodes that run ``op`` (an aten overload, or "placeholder", ...), sorted."""
+        ids = self._by_op.get(op)
+        return sorted(ids) if ids else []
 
     def copies(self, nid: int) -> list[int]:
         """Ids of the recomputed copies of op ``nid`` (sorted)."""

@@ -1,4 +1,4 @@
-"""Every rule by name (``RULES``): the F-Tree, rematerialization and swapping families.
+"""Every rule by name (``RULES``): the F-Tree, rematerialization, swapping and substitution families.
 
 The one list of rules.  A rule describes itself (``Rule.family``, ``text``, ``option``), and every
 table of rules is read from here when it is needed: the search's rule sets (``rules_of``), the
@@ -13,6 +13,7 @@ from .fission import Fission
 from .ftree_rules import Disable, Lift, Mutate
 from .remat import DeRemat, Remat, RematChain
 from .rule import Rule
+from .substitution import SUBSTITUTE_RULES
 from .swap import DeSwap, Swap, SwapLate
 
 RULES: dict[str, Rule] = {}
@@ -33,7 +34,7 @@ def unregister_rule(name: str) -> None:
 
 
 for _rule in (Fission(), Lift(), Disable(), Mutate(), Remat(), RematChain(), DeRemat(), Swap(), SwapLate(),
-              DeSwap()):
+              DeSwap(), *SUBSTITUTE_RULES):
     register_rule(_rule)
 
 
@@ -59,6 +60,7 @@ REMAT_FAMILY = "remat"
 # the families matched on the memory hot-spots (tensor rules) and the F-Tree's
 TENSOR_FAMILIES = ("remat", "swap")
 FTREE_FAMILY = "fission"
+SUBSTITUTION_FAMILY = "substitution"  # TASO's rules (``transform.substitution``)
 
-__all__ = ["FTREE_FAMILY", "REMAT_FAMILY", "RULES", "TENSOR_FAMILIES", "families", "get_rule", "register_rule",
+__all__ = ["FTREE_FAMILY", "REMAT_FAMILY", "SUBSTITUTION_FAMILY", "RULES", "TENSOR_FAMILIES", "families", "get_rule", "register_rule",
            "rules_of", "unregister_rule"]

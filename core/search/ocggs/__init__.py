@@ -12,6 +12,7 @@ dpp        ordered sequences, the parent's matches reused (Algorithm 2)
 sampling   Q/2 best plus Q/2 most promising further-exploration sequences per step (Algorithm 3)
 taso       TASO's cost-based backtracking (alpha = 1.05, hash dedupe)
 metaflow   the same on pieces of at most 30 ops (MetaFlow's graph splitting)
+greedy     the best cost-lowering substitution, repeatedly (the improving-only reference)
 =========  ===================================================================================
 """
 
@@ -25,6 +26,7 @@ from ...ir.graph import Graph
 from ...transform.rule import Application
 from .backtrack import metaflow, taso
 from .exact import exact_search
+from .greedy import greedy
 from .result import Budget, SubstResult
 from .sampling import sampling
 from .state import GraphCost, Walk, search_rules
@@ -41,6 +43,7 @@ SEARCHES: dict[str, tuple[Callable[..., SubstResult], bool, str]] = {
     "taso": (taso, True, "TASO's cost-based backtracking (alpha 1.05)"),
     "metaflow": (metaflow, True, "MetaFlow: backtracking on pieces of <= 30 ops"),
     "enu": (lambda w, k, t: exact_search("enu", w, k, t), False, "brute-force enumeration (tiny graphs)"),
+    "greedy": (greedy, True, "improving-only greedy: the best decreasing substitution, repeatedly"),
 }
 
 

@@ -27,7 +27,7 @@ from ...errors import RuleNotApplicable
 from ...ir.graph import EditLog, Graph, NodeKind, TensorKind
 from ...transform.rule import Application
 from ...transform.substitution import SUBSTITUTE_RULES, Substitute
-from ...transform.substitution.pattern import bind, find_matches, op_index
+from ...transform.substitution.pattern import bind, find_matches
 
 Label = tuple[int, int]
 
@@ -208,9 +208,8 @@ class Walk:
         import time
 
         t0 = time.perf_counter()
-        by_op = op_index(self.g)
         out = [Application(name, p) for name, r in self.rules.items()
-               for p in find_matches(self.g, r.sub, anchor=anchor, by_op=by_op)]
+               for p in find_matches(self.g, r.sub, anchor=anchor)]
         self.stats.match_seconds += time.perf_counter() - t0
         self.stats.matches += len(out)
         return out

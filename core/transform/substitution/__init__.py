@@ -40,9 +40,9 @@ class Substitute(Rule):
             raise ValueError(f"{self.name} takes {self.sub.n_source} node names (its source pattern's ops)")
         return Application(self.name, ids + extra)
 
-    def match(self, g: Graph, hot: Iterable[TRef] = (), where: Where | None = None,
-              by_op: dict[str, list[int]] | None = None) -> list[Application]:
-        return [Application(self.name, p) for p in find_matches(g, self.sub, by_op=by_op)]
+    def match(self, g: Graph, hot: Iterable[TRef] = (), where: Where | None = None) -> list[Application]:
+        """Every match in ``g`` (substitutions are not about tensors: ``hot`` is not used)."""
+        return [Application(self.name, p) for p in find_matches(g, self.sub)]
 
     def edit(self, g: Graph, app: Application) -> None:
         rewrite(g, self.sub, bind(g, self.sub, app.params))

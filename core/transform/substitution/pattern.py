@@ -25,6 +25,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from functools import cache
 from typing import Any
 
 from ...errors import RuleNotApplicable
@@ -183,16 +184,44 @@ def _bind(p: POp, nid: int, m: Match, pending: dict[str, TRef]) -> bool:
     node = m.g.nodes[nid]
     if node.op != p.op or node.kind != NodeKind.OP or nid in m.nodes.values():
         return False
-    if len(node.args) != len(p.args) or set(node.kwargs) != {k for k, _ in p.kwargs}:
+    args = node.args
+    if len(args) < len(p.args):  # trailing arguments left at their defaults (cat's dim 0)
+        defaults = schema_defaults(node.op)
+        if len(defaults) < len(p.args) or any(d is _REQUIRED for d in defaults[len(args):len(p.args)]):
+            return False
+        args = list(args) + list(defaults[len(args):len(p.args)])
+    if len(args) != len(p.args) or set(node.kwargs) != {k for k, _ in p.kwargs}:
         return False
     m.nodes[p.name] = nid
     try:
-        _unify(p.args, node.args, m, pending)
+        _unify(p.args, args, m, pending)
         for k, t in p.kwargs:
             _unify(t, node.kwargs[k], m, pending)
     except _NoMatch:
         return False
     return True
+
+
+_REQUIRED = object()
+
+
+@cache
+def schema_defaults(op: str) -> tuple[Any, ...]:
+    """The default of each positional argument of aten overload ``op`` (``_REQUIRED`` where there
+    is none), from its schema."""
+    from ...ir.torch_bridge import resolve_op
+
+    try:
+        schema = resolve_op(op)._schema
+    except (AttributeError, ValueError, RuntimeError):
+        return ()
+    out = []
+    for a in schema.arguments:
+        if a.kwarg_only:
+            break
+        d = a.default_value if a.has_default_value() else _REQUIRED
+        out.append(list(d) if isinstance(d, tuple) else d)
+    return tuple(out)
 
 
 def _templates(x: Any) -> Iterable[Any]:
@@ -208,8 +237,7 @@ def _uses(p: POp) -> list[Any]:
 
 
 # ---- matching ------------------------------------------------------------------------------------
-def _candidates(sub: Substitution, i: int, m: Match, pending: dict[str, TRef], by_op: dict[str, list[int]]
-                ) -> Iterable[int]:
+def _candidates(sub: Substitution, i: int, m: Match, pending: dict[str, TRef]) -> Iterable[int]:
     p = sub.source[i]
     g = m.g
     if p.name in pending:
@@ -219,7 +247,7 @@ def _candidates(sub: Substitution, i: int, m: Match, pending: dict[str, TRef], b
             return g.readers(TRef(m.nodes[t.node], t.index))
         if isinstance(t, In) and t.name in m.tensors:
             return g.readers(m.tensors[t.name])
-    return by_op.get(p.op, ())
+    return g.nodes_of(p.op)
 
 
 def _order(sub: Substitution, first: int) -> list[int]:
@@ -245,37 +273,25 @@ def _order(sub: Substitution, first: int) -> list[int]:
 
 
 def _search(sub: Substitution, order: list[int], k: int, m: Match, pending: dict[str, TRef],
-            by_op: dict[str, list[int]], out: list[Match]) -> None:
+            out: list[Match]) -> None:
     if k == len(order):
         out.append(m)
         return
     p = sub.source[order[k]]
-    for nid in list(_candidates(sub, order[k], m, pending, by_op)):
+    for nid in list(_candidates(sub, order[k], m, pending)):
         m2 = m.copy()
         pend = dict(pending)
         pend.pop(p.name, None)
         if _bind(p, nid, m2, pend):
-            _search(sub, order, k + 1, m2, pend, by_op, out)
+            _search(sub, order, k + 1, m2, pend, out)
 
 
-def op_index(g: Graph) -> dict[str, list[int]]:
-    """Node ids by aten overload (ops only)."""
-    idx: dict[str, list[int]] = {}
-    for n in g.nodes.values():
-        if n.kind == NodeKind.OP:
-            idx.setdefault(n.op, []).append(n.id)
-    return idx
-
-
-def find_matches(g: Graph, sub: Substitution, *, anchor: Iterable[int] | None = None,
-                 by_op: dict[str, list[int]] | None = None) -> list[tuple[int, ...]]:
+def find_matches(g: Graph, sub: Substitution, *, anchor: Iterable[int] | None = None) -> list[tuple[int, ...]]:
     """Every valid application's parameters (source op ids in source order, then extras) of ``sub``
     in ``g``; with ``anchor``, only the matches that contain one of those nodes."""
-    if by_op is None:
-        by_op = op_index(g)
     found: dict[tuple[int, ...], None] = {}
     if anchor is None:
-        starts = [(0, by_op.get(sub.source[0].op, ()))]
+        starts = [(0, g.nodes_of(sub.source[0].op))]
     else:
         ids = [v for v in anchor if v in g.nodes]
         starts = [(i, [v for v in ids if g.nodes[v].op == p.op]) for i, p in enumerate(sub.source)]
@@ -287,7 +303,7 @@ def find_matches(g: Graph, sub: Substitution, *, anchor: Iterable[int] | None = 
             if not _bind(sub.source[first], nid, m, pending):
                 continue
             res: list[Match] = []
-            _search(sub, order, 1, m, pending, by_op, res)
+            _search(sub, order, 1, m, pending, res)
             for mm in res:
                 if not valid(g, sub, mm):
                     continue
@@ -450,5 +466,4 @@ def infer_outputs(g: Graph, op: str, args: list[Any], kwargs: dict[str, Any]) ->
     return outs
 
 
-__all__ = ["Fn", "In", "Match", "Opt", "POp", "Ref", "Substitution", "Var", "bind", "find_matches", "infer_outputs",
-           "op_index", "pop", "rewrite", "valid"]
+__all__ = ["Fn", "In", "Match", "Opt", "POp", "Ref", "Substitution", "Var", "bind", "find_matches", "infer_outputs", "pop", "rewrite", "valid"]

@@ -6,13 +6,15 @@ A-Trans (aggregation: fewer, larger kernels; may keep a merged result alive a li
 concatenated other operands, split of the result -- a transformer's Q/K/V projections, and on a
 training step the weight-gradient matmuls that share an activation), ``merge_linear`` (the same for
 ``addmm`` with concatenated biases), ``merge_conv`` / ``merge_conv_nobias`` (two convolutions of
-one input with equal stride, padding, dilation and kernel), ``cat_relu`` (ReLU after a concat
+one input with equal stride, padding, dilation and kernel), ``merge_dwconv`` / ``merge_dwconv_nobias``
+(two depthwise convolutions of one input: filters interleaved, one grouped convolution, the result
+unbound -- a NAS cell's separable convolutions of one input), ``cse_relu`` (two ReLUs of one tensor), ``cat_relu`` (ReLU after a concat
 instead of before each part), ``factor_mul`` (``a*c + b*c -> (a+b)*c``), ``fold_bn`` /
 ``fold_bn_nobias`` (batch norm folded into the preceding convolution; inference graphs only: it
 rewrites parameters' values).
 
-I-Trans (identities that open the way for others): ``enlarge_conv`` (zero-pad a 1x1 kernel to a
-sibling convolution's k x k, so that the two become mergeable: OCGGS Fig. 1), ``split_relu``,
+I-Trans (identities that open the way for others): ``enlarge_conv`` (zero-pad a k x k kernel to a
+sibling convolution's larger K x K, so that the two become mergeable: OCGGS Fig. 1), ``split_relu``,
 ``distribute_mul``, ``cse_view`` / ``cse_t`` (two identical views of one tensor become one: a
 transformer's Q, K and V projections each flatten the same activation), ``add_comm`` / ``mul_comm``, ``add_assoc`` / ``mul_assoc``, ``transpose_mm``
 (``(AB)^T -> B^T A^T``) and ``mm_transpose`` (``A^T B^T -> (BA)^T``).
@@ -202,12 +204,18 @@ FOLD_BN_NOBIAS = Substitution(
 ENLARGE_MAX = 7
 
 
+def _square_odd(shape: tuple[int, ...]) -> int | None:
+    return shape[2] if len(shape) == 4 and shape[2] == shape[3] and shape[2] % 2 == 1 else None
+
+
 def _enlarge_sizes(m: Match) -> Iterable[tuple[int]]:
-    """Kernel sizes k of sibling convolutions (same input, stride and dilation 1, groups 1, 'same'
-    padding) that a zero-padded 1x1 filter would match, so that the two can merge."""
+    """Kernel sizes K of sibling convolutions (same input, groups, channels per group and stride,
+    dilation 1, 'same' padding K // 2) larger than this one's k, so that zero-padding this filter
+    to K x K makes the two mergeable."""
     g = m.g
     w = m.shape("W")
-    if len(w) != 4 or w[2:] != (1, 1) or m.values["p"] != [0, 0] or m.values["d"] != [1, 1]:
+    k = _square_odd(w)
+    if k is None or m.values["p"] != [k // 2] * 2 or m.values["d"] != [1, 1]:
         return []
     x = m.tensors["X"]
     ks: set[int] = set()
@@ -216,25 +224,78 @@ def _enlarge_sizes(m: Match) -> Iterable[tuple[int]]:
         if u == m.nodes["y"] or n.op != "aten." + CONV or n.kind != NodeKind.OP or n.args[0] != x:
             continue
         sw = g.tensor(n.args[1]).shape
-        if (len(sw) == 4 and sw[2] == sw[3] and 1 < sw[2] <= ENLARGE_MAX and sw[2] % 2 == 1 and n.args[8] == 1
-                and n.args[3] == m.values["s"] and n.args[5] == [1, 1] and n.args[4] == [sw[2] // 2] * 2
-                and sw[1] == w[1]):
-            ks.add(sw[2])
-    return [(k,) for k in sorted(ks)]
+        big = _square_odd(sw)
+        if (big is not None and k < big <= ENLARGE_MAX and n.args[8] == m.values["g"] and sw[1] == w[1]
+                and n.args[3] == m.values["s"] and n.args[5] == [1, 1] and n.args[4] == [big // 2] * 2
+                and n.args[6] is False):
+            ks.add(big)
+    return [(big,) for big in sorted(ks)]
 
 
-def _half(m: Match) -> int:
-    return m.extra[0] // 2
+def _grow(m: Match) -> int:
+    return (m.extra[0] - m.shape("W")[2]) // 2
 
 
 ENLARGE_CONV = Substitution(
-    "enlarge_conv", "I-Trans: a 1x1 filter zero-padded to a sibling convolution's k x k (then mergeable)",
+    "enlarge_conv", "I-Trans: a k x k filter zero-padded to a sibling convolution's larger K x K (then mergeable)",
     "I-Trans",
-    source=(pop("y", CONV, In("X"), In("W"), Opt("b"), Var("s"), Var("p"), Var("d"), False, Var("op"), 1),),
-    target=(pop("w", "constant_pad_nd.default", In("W"), Fn(lambda m: [_half(m)] * 4), 0.0),
-            pop("y2", CONV, In("X"), Ref("w"), Opt("b"), Var("s"),
-                Fn(lambda m: [_half(m)] * 2), Var("d"), False, Var("op"), 1)),
+    source=(pop("y", CONV, In("X"), In("W"), Opt("b"), Var("s"), Var("p"), Var("d"), False, Var("op"), Var("g")),),
+    target=(pop("w", "constant_pad_nd.default", In("W"), Fn(lambda m: [_grow(m)] * 4), 0.0),
+            pop("y2", CONV, In("X"), Ref("w"), Opt("b"), Var("s"), Fn(lambda m: [m.extra[0] // 2] * 2), Var("d"),
+                False, Var("op"), Var("g"))),
     outputs=((Ref("y"), Ref("y2")),), extras=_enlarge_sizes)
+
+
+def _depthwise(m: Match) -> bool:
+    w1, w2 = m.shape("W1"), m.shape("W2")
+    c = m.shape("X")[1]
+    return (w1 == w2 and len(w1) == 4 and w1[0] == c == m.values["g"] > 1 and w1[1] == 1
+            and m.meta("W1").dtype == m.meta("W2").dtype)
+
+
+def _dw(name: str, w, b):
+    return pop(name, CONV, In("X"), w, b, Var("s"), Var("p"), Var("d"), False, Var("op"), Var("g"))
+
+
+def _dw_target(bias: bool) -> tuple:
+    two = Fn(lambda m: [2 * m.shape("W1")[0], *m.shape("W1")[1:]])
+    ops = [pop("ws", "stack.default", [In("W1"), In("W2")], 1), pop("w", "view.default", Ref("ws"), two)]
+    if bias:
+        ops += [pop("bs", "stack.default", [In("b1"), In("b2")], 1),
+                pop("b", "view.default", Ref("bs"), Fn(lambda m: [2 * m.shape("b1")[0]]))]
+    ops += [_dw("y", Ref("w"), Ref("b") if bias else None),
+            pop("yv", "view.default", Ref("y"),
+                Fn(lambda m: [m.shape("y1")[0], m.shape("y1")[1], 2, *m.shape("y1")[2:]])),
+            pop("u", "unbind.int", Ref("yv"), 2)]
+    return tuple(ops)
+
+
+def _parts_select_safe(m: Match) -> bool:
+    return all(part_safe(m.g, TRef(m.nodes[n], 0), 1) for n in ("y1", "y2"))
+
+
+MERGE_DWCONV = Substitution(
+    "merge_dwconv", "A-Trans: two depthwise convolutions of one input become one with interleaved filters",
+    "A-Trans",
+    source=(_dw("y1", In("W1"), In("b1")), _dw("y2", In("W2"), In("b2"))),
+    target=_dw_target(True), outputs=((Ref("y1"), Ref("u", 0)), (Ref("y2"), Ref("u", 1))),
+    unordered=((0, 1),), guard=_all(_depthwise, _parts_select_safe))
+
+MERGE_DWCONV_NOBIAS = Substitution(
+    "merge_dwconv_nobias", "A-Trans: two bias-free depthwise convolutions of one input become one", "A-Trans",
+    source=(_dw("y1", In("W1"), None), _dw("y2", In("W2"), None)),
+    target=_dw_target(False), outputs=((Ref("y1"), Ref("u", 0)), (Ref("y2"), Ref("u", 1))),
+    unordered=((0, 1),), guard=_all(_depthwise, _parts_select_safe))
+
+
+def _cse1(name: str, op: str) -> Substitution:
+    return Substitution(
+        name, f"A-Trans: two identical {op.split('.')[0]} ops of one tensor become one", "A-Trans",
+        source=(pop("y1", op, In("X")), pop("y2", op, In("X"))), target=(pop("y", op, In("X")),),
+        outputs=((Ref("y1"), Ref("y")), (Ref("y2"), Ref("y"))), unordered=((0, 1),))
+
+
+CSE_RELU = _cse1("cse_relu", "relu.default")
 
 SPLIT_RELU = Substitution(
     "split_relu", "I-Trans: a ReLU after a concat becomes one ReLU on each part", "I-Trans",
@@ -310,5 +371,5 @@ CSE_T = Substitution(
 SUBSTITUTIONS: tuple[Substitution, ...] = (
     MERGE_MATMUL, MERGE_MATMUL_RHS, MERGE_LINEAR, MERGE_CONV, MERGE_CONV_NOBIAS, CAT_RELU, FACTOR_MUL, FOLD_BN,
     FOLD_BN_NOBIAS, ENLARGE_CONV, SPLIT_RELU, DISTRIBUTE_MUL, ADD_COMM, MUL_COMM, ADD_ASSOC, MUL_ASSOC,
-    TRANSPOSE_MM, MM_TRANSPOSE, CSE_VIEW, CSE_T,
+    TRANSPOSE_MM, MM_TRANSPOSE, CSE_VIEW, CSE_T, CSE_RELU, MERGE_DWCONV, MERGE_DWCONV_NOBIAS,
 )
