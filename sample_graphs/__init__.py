@@ -58,12 +58,18 @@ _REGISTRY: dict[str, tuple[str, str, bool]] = {
 
 NAMES: list[str] = sorted(_REGISTRY)
 
-# inference CNNs for layer fusion (``magis fuse``): forward graphs only, no loss, so they are not
-# among ``NAMES`` (whose samples all have training graphs); ``build`` knows them too
+# inference models -- the CNNs for layer fusion (``magis fuse``) and the graph-substitution
+# benchmark's CNNs and RNNs: forward graphs only, no loss, so they are not among ``NAMES`` (whose
+# samples all have training graphs); ``build`` knows them too
 _FORWARD_REGISTRY: dict[str, tuple[str, str, bool]] = {
     "efficientnet_b3": ("fusion_cnns", "build_fusion_cnn", False),
     "mobilenet_v2": ("fusion_cnns", "build_fusion_cnn", False),
     "resnet152": ("fusion_cnns", "build_fusion_cnn", False),
+    # graph-substitution benchmark of OCGGS (Fang et al. 2020): BN kept, RNNs unrolled
+    "inception_v3": ("ocggs_nets", "build_ocggs_net", False),
+    "resnext50": ("ocggs_nets", "build_ocggs_net", False),
+    "sru": ("ocggs_nets", "build_ocggs_net", False),
+    "nasrnn": ("ocggs_nets", "build_ocggs_net", False),
 }
 FORWARD_NAMES: list[str] = sorted(_FORWARD_REGISTRY)
 
