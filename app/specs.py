@@ -80,7 +80,7 @@ def build_workload(spec: str, seed: int = 0, fake: bool = False) -> Workload:
     """The workload a model spec names, built after seeding torch with ``seed``; ``fake=True``
     builds it under ``FakeTensorMode`` (nothing is allocated, values are unknown).  A factory's
     file is loaded outside that mode; only the factory call runs in it."""
-    if spec in sample_graphs.NAMES:
+    if spec in sample_graphs.NAMES or spec in sample_graphs.FORWARD_NAMES:
         make: Callable[[], Workload] = functools.partial(sample_graphs.build, spec)
     elif ":" in spec:
         make = load_factory(spec)
@@ -96,7 +96,7 @@ def build_workload(spec: str, seed: int = 0, fake: bool = False) -> Workload:
     except (SpecError, GraphError):
         raise
     except Exception as e:  # a user's factory: report it as one line, not a traceback
-        if spec in sample_graphs.NAMES:
+        if spec in sample_graphs.NAMES or spec in sample_graphs.FORWARD_NAMES:
             raise
         raise SpecError(f"{spec} failed: {_one_line(e)}") from e
 

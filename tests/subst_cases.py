@@ -6,7 +6,6 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import torch
-
 from torch import nn
 
 from core.frontend.torch_import import capture

@@ -257,7 +257,7 @@ def _order(sub: Substitution, first: int) -> list[int]:
     ins = {t.name for t in _uses(sub.source[first]) if isinstance(t, In)}
     rest = [i for i in range(sub.n_source) if i != first]
     while rest:
-        def linked(i: int) -> bool:
+        def linked(i: int, names: set[str] = names, ins: set[str] = ins) -> bool:
             p = sub.source[i]
             us = _uses(p)
             if any(isinstance(t, Ref) and t.node in names for t in us) or any(

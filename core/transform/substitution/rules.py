@@ -129,8 +129,8 @@ MERGE_LINEAR = Substitution(
     guard=_all(_vectors("c1", "c2"), _same_dtype("W1", "W2", "c1", "c2"), _parts_safe(1, "y1", "y2")))
 
 
-def _conv(name: str, x, w, b, padding=Var("p")):
-    return pop(name, CONV, x, w, b, Var("s"), padding, Var("d"), False, Var("op"), 1)
+def _conv(name: str, x, w, b):
+    return pop(name, CONV, x, w, b, Var("s"), Var("p"), Var("d"), False, Var("op"), 1)
 
 
 def _same_kernel(m: Match) -> bool:
