@@ -17,6 +17,7 @@ from __future__ import annotations
 import heapq
 import itertools
 
+from ...errors import RuleNotApplicable
 from ..wl_hash import graph_hash
 from .result import Budget, SubstResult
 from .state import Walk
@@ -44,11 +45,14 @@ def _best_first(root: Walk, max_steps: int, budget: Budget, alpha: float, allowe
                 continue
             if budget.over():
                 return best_walk, best_walk.sequence(), best, False
-            c = w.try_cost(app)
-            if c is None or c >= alpha * best:
+            c = w.estimate(app)
+            if c >= alpha * best:
                 continue
             child = w.fork()
-            child.push(app)
+            try:
+                child.push(app)
+            except RuleNotApplicable:
+                continue
             h = graph_hash(child.g)
             if h in seen:
                 continue

@@ -13,14 +13,15 @@ def greedy(walk: Walk, max_steps: int, time_budget: float | None) -> SubstResult
     walk.stats.states += 1
     done = True
     while walk.depth < max_steps:
-        best, best_app = walk.cost, None
+        ranked = []
         for app in list(walk.matches()):
             if budget.over():
                 done = False
                 break
-            c = walk.try_cost(app)
-            if c is not None and c < best - 1e-12:
-                best, best_app = c, app
+            c = walk.estimate(app)
+            if c < walk.cost - 1e-12:
+                ranked.append((c, str(app), app))
+        best_app = next((app for _, _, app in sorted(ranked) if walk.check(app)), None)
         if best_app is None or not done:
             break
         walk.push(best_app)

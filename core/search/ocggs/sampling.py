@@ -17,6 +17,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from ...errors import RuleNotApplicable
 from ...transform.rule import Application
 from .result import Budget, SubstResult
 from .state import Walk
@@ -44,16 +45,19 @@ def _children(w: Walk, run: int, budget: Budget, eps: float) -> list[Cand]:
     for app in list(w.matches()):
         if budget.over():
             break
-        c = w.try_cost(app)
-        if c is None:
-            continue
-        out.append(Cand(w, app, c, run + 1 if c > w.cost + eps else 0))
+        c = w.estimate(app)
+        if c < math.inf:
+            out.append(Cand(w, app, c, run + 1 if c > w.cost + eps else 0))
     return out
 
 
-def _grow(c: Cand) -> Walk:
+def _grow(c: Cand) -> Walk | None:
+    """The candidate as a walk of its own (None if it does not apply: a cycle)."""
     w = c.parent.fork()
-    w.push(c.app)
+    try:
+        w.push(c.app)
+    except RuleNotApplicable:
+        return None
     w.run = c.run
     return w
 
@@ -62,7 +66,10 @@ def _potential(c: Cand, budget: Budget, eps: float) -> float:
     """Definition 12 for eta-bounded chains of length one: the best decrease among the children of
     ``c`` that depend on its last substitution."""
     w = c.parent
-    w.push(c.app)
+    try:
+        w.push(c.app)
+    except RuleNotApplicable:
+        return math.inf
     try:
         made = set(w.steps[-1].created)
         best = math.inf
@@ -71,8 +78,8 @@ def _potential(c: Cand, budget: Budget, eps: float) -> float:
                 break
             if made.isdisjoint(app.params[:w.rules[app.rule].sub.n_source]):
                 continue
-            cost = w.try_cost(app)
-            if cost is not None and cost < w.cost - eps:
+            cost = w.estimate(app)
+            if cost < w.cost - eps:
                 best = min(best, cost)
         return best
     finally:
@@ -103,9 +110,12 @@ def sampling(walk: Walk, max_steps: int, time_budget: float | None, *, q: int = 
         for w in level:
             if w.depth < max_steps:
                 tmp.extend(_children(w, getattr(w, "run", 0), budget, eps))
-        for c in tmp:
-            if c.cost < best_cost - eps:
+        for c in sorted(tmp, key=lambda c: c.cost):
+            if c.cost >= best_cost - eps:
+                break
+            if c.parent.check(c.app):
                 best_cost, best_seq = c.cost, c.parent.sequence() + [c.app]
+                break
         des = sorted((c for c in tmp if not c.increases), key=lambda c: c.cost)
         inc_final: list[Cand] = []
         frontier = [c for c in tmp if c.increases and c.run <= eta and c.parent.depth + 1 < max_steps]
@@ -114,8 +124,10 @@ def sampling(walk: Walk, max_steps: int, time_budget: float | None, *, q: int = 
             frontier = []
             for c in ranked:
                 w = _grow(c)
+                if w is None:
+                    continue
                 for d in _children(w, c.run, budget, eps):
-                    if d.cost < best_cost - eps:
+                    if d.cost < best_cost - eps and w.check(d.app):
                         best_cost, best_seq = d.cost, w.sequence() + [d.app]
                     if not d.increases:
                         inc_final.append(d)
@@ -123,7 +135,7 @@ def sampling(walk: Walk, max_steps: int, time_budget: float | None, *, q: int = 
                         frontier.append(d)
         inc_final.sort(key=lambda c: c.cost)
         nxt = _dedupe(des, half) + _dedupe(inc_final, half)
-        level = [_grow(c) for c in nxt]
+        level = [w for w in map(_grow, nxt) if w is not None]
         for w in level:
             note(w)
     if budget.over():

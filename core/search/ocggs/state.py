@@ -19,12 +19,13 @@ ops' times, node labels and keys, and the matches of a state kept up to date fro
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 from ...cost.model import CostModel
 from ...errors import RuleNotApplicable
-from ...ir.graph import EditLog, Graph, NodeKind, TensorKind
+from ...ir.graph import EditLog, Graph, NodeKind, TensorKind, TRef, map_refs
 from ...transform.rule import Application
 from ...transform.substitution import SUBSTITUTE_RULES, Substitute
 from ...transform.substitution.pattern import bind, find_matches
@@ -117,6 +118,7 @@ class Walk:
     stats: Stats = field(default_factory=Stats)
     steps: list[Step] = field(default_factory=list)
     labels: dict[int, Label] = field(default_factory=dict)
+    deltas: dict[tuple, float] = field(default_factory=dict)  # ``signature`` -> cost change (shared by forks)
     _matches: list[list[Application]] = field(default_factory=list)
 
     def __post_init__(self) -> None:
@@ -166,6 +168,51 @@ class Walk:
         self.stats.states += 1
         return step
 
+    def signature(self, app: Application) -> tuple:
+        """What the cost change of ``app`` depends on: the rule, its numbers and, per source op, the
+        op, its constant arguments and the shapes (and foldedness) of what it reads and makes.  A
+        substitution keeps every tensor's shape, so one match seen in many states of a search
+        changes the cost by the same amount in each."""
+        g, gc = self.g, self.gc
+        n = self.rules[app.rule].sub.n_source
+
+        def ref(r: TRef) -> tuple:
+            t = g.tensor(r)
+            return (t.shape, t.dtype, t.alias is not None, gc.const.get(r.node, False))
+
+        return (app.rule, app.params[n:], tuple(
+            (g.nodes[v].op, repr(map_refs(g.nodes[v].args, ref)), repr(map_refs(g.nodes[v].kwargs, ref)),
+             tuple(t.shape for t in g.nodes[v].outputs)) for v in app.params[:n]))
+
+    def check(self, app: Application) -> bool:
+        """Whether ``app`` applies here (it may close a cycle); the graph is left as it was."""
+        rule = self.rules[app.rule]
+        try:
+            log = rule.apply(self.g, app)
+        except RuleNotApplicable:
+            self.stats.refused += 1
+            return False
+        rule.inverse(self.g, log)
+        return True
+
+    def estimate(self, app: Application) -> float:
+        """The cost after ``app`` from the change it made wherever the same match was applied before
+        (``signature``), applying it only the first time; whether it applies here (a cycle) is not
+        checked: ``check`` or ``push`` does that before a sequence is kept."""
+        key = self.signature(app)
+        d = self.deltas.get(key)
+        if d is None:
+            rule = self.rules[app.rule]
+            try:
+                log = rule.apply(self.g, app)
+            except RuleNotApplicable:
+                self.stats.refused += 1
+                return math.inf
+            d = self.deltas[key] = self.gc.delta(self.g, log)
+            rule.inverse(self.g, log)
+        self.stats.states += 1
+        return self.cost + d
+
     def try_cost(self, app: Application) -> float | None:
         """The cost after ``app`` (None if it does not apply), the graph left as it was."""
         rule = self.rules[app.rule]
@@ -187,7 +234,7 @@ class Walk:
         w.steps = list(self.steps)
         w.labels = dict(self.labels)
         w._matches = [self._matches[-1]]
-        w.cost, w.root_cost = self.cost, self.root_cost
+        w.cost, w.root_cost, w.deltas = self.cost, self.root_cost, self.deltas
         w.floor = len(self.steps)
         return w
 

@@ -383,16 +383,35 @@ def _instantiate(t: Any, m: Match, made: dict[str, int]) -> Any:
 
 
 def _reaches(g: Graph, starts: Iterable[int], targets: set[int], skip: set[int]) -> bool:
-    stack = [u for s in starts for u in g.users(s) if u not in skip]
-    seen = set(stack)
-    while stack:
-        v = stack.pop()
-        if v in targets:
+    """Whether a path leaves ``starts`` (through nodes outside ``skip``) and reaches a node of
+    ``targets``: searched from both ends at once, one node each in turn, so the cost is about twice
+    the smaller of the two cones (a match early in an unrolled RNN has a huge forward cone; its
+    inputs, a weight and a slice of the graph's input, have tiny backward ones)."""
+    starts = set(starts)
+    targets = {t for t in targets if g.nodes[t].kind != NodeKind.PLACEHOLDER}  # nothing reaches those
+    if not targets:
+        return False
+    fwd = [u for s in starts for u in g.users(s) if u not in skip]
+    fseen = set(fwd)
+    bwd = list(targets)
+    bseen = set(bwd)
+    while fwd and bwd:
+        v = fwd.pop()
+        if v in bseen:
             return True
         for u in g.users(v):
-            if u not in seen:
-                seen.add(u)
-                stack.append(u)
+            if u not in fseen:
+                fseen.add(u)
+                fwd.append(u)
+        x = bwd.pop()
+        if x in fseen:
+            return True
+        for p in g.preds(x):
+            if p in starts:
+                return True
+            if p not in bseen and p not in skip:
+                bseen.add(p)
+                bwd.append(p)
     return False
 
 
