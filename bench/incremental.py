@@ -12,6 +12,13 @@ GraphPartition + Serenity's DP on the whole graph).  Reports the speedup IS/FS p
 many of the tests IS reaches FS's peak (paper: 4-30x, 10x mean; 94/100).  Memory is counted as in
 HMCOS (inference: graph inputs freed after their last use, weights not counted).
 
+With ``--perturb substitution`` the rounds are the paper's own perturbation, TASO-style
+substitutions: the graphs are the captured inference graphs of the nine NAS networks and
+Inception-v3, and each round applies one substitution chosen at random among the graph's matches
+(every rule of ``transform.substitution``, commutativity included; half of the time one that
+replaces a producer of a memory hot-spot); the mutated nodes are the ones it created and the
+readers it re-pointed.  Writes bench/results/incremental_substitution.json.
+
 Writes bench/results/incremental.json.
 """
 
@@ -35,6 +42,35 @@ from sample_graphs.nas_random import local_rewrite, random_nasnet  # noqa: E402
 MODEL = {"free_inputs": True, "count_weights": False}
 
 
+def _forward(name: str):
+    from sample_graphs.store import load_sample_graph
+
+    return load_sample_graph(name, "forward")
+
+
+def substitution_round(g, rng: random.Random, hot: set[int]):
+    """One substitution at random on a copy of ``g``: (new graph, mutated ids, rule name)."""
+    from core.errors import RuleNotApplicable
+    from core.transform.substitution import SUBSTITUTE_RULES
+
+    new = g.copy()
+    apps = [(r, a) for r in SUBSTITUTE_RULES for a in r.match(new)]
+    near = [(r, a) for r, a in apps if hot.intersection(a.params[:r.sub.n_source])]
+    rng.shuffle(apps)
+    if near and rng.random() < 0.5:
+        apps = [rng.choice(near)] + apps
+    for r, a in apps:
+        try:
+            log = r.apply(new, a)
+        except RuleNotApplicable:
+            continue
+        made = set(log.added())
+        mutated = made | {u for v in made for u in new.users(v)} | {
+            e.nid for e in log.edits if e.kind == "args" and e.nid in new.nodes}
+        return new, mutated, r.name
+    raise RuntimeError(f"no substitution applies to {g.name}")
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--graphs", type=int, default=10)
@@ -43,20 +79,34 @@ def main() -> int:
     p.add_argument("--normal", type=int, default=3, help="normal cells between reductions")
     p.add_argument("--blocks", type=int, default=5)
     p.add_argument("--repeat", type=int, default=3, help="time each scheduler as the best of N runs")
+    p.add_argument("--perturb", choices=("synthetic", "substitution"), default="synthetic",
+                   help="the rounds' rewrites: random local rewrites of synthetic NASNet-like graphs, or "
+                        "substitutions (TASO's rules) on the captured NAS networks and Inception-v3")
     a = p.parse_args()
+    subst = a.perturb == "substitution"
+    if subst:
+        from sample_graphs.nas import NAS_NAMES, nas_graph
+
+        names = [*NAS_NAMES, "inception_v3"][: a.graphs]
     tests = []
     print(f"{'graph':>5} {'round':>5} {'ops':>5} {'rewrite':>11} {'window':>7} {'IS ms':>8} {'FS ms':>8} "
           f"{'speedup':>8} {'IS peak':>9} {'FS peak':>9}  same")
-    for gi in range(a.graphs):
-        g = random_nasnet(gi, cells=a.cells, blocks=a.blocks, normal=a.normal)
+    for gi in range(len(names) if subst else a.graphs):
+        if subst:
+            g = nas_graph(names[gi]) if names[gi] in NAS_NAMES else _forward(names[gi])
+        else:
+            g = random_nasnet(gi, cells=a.cells, blocks=a.blocks, normal=a.normal)
         prev_fs = None
         rng = random.Random(1000 + gi)
         order = IncrementalFull(**MODEL).run(g).order
         for r in range(a.rounds):
             prof = memory_profile(g, order, **MODEL)
             hot = {s.root.node for s in prof.hotspots()}
-            new, mutated = local_rewrite(g, rng, focus=hot)
-            kind = new.nodes[max(mutated)].name.split("_")[0] if mutated else "?"
+            if subst:
+                new, mutated, kind = substitution_round(g, rng, hot)
+            else:
+                new, mutated = local_rewrite(g, rng, focus=hot)
+                kind = new.nodes[max(mutated)].name.split("_")[0] if mutated else "?"
             info: dict = {}
             t_is = None
             for _ in range(a.repeat):
@@ -80,7 +130,7 @@ def main() -> int:
                    "fs_peak_changed": prev_fs is not None and p_fs != prev_fs}
             prev_fs = p_fs
             tests.append(row)
-            print(f"{gi:>5} {r:>5} {row['ops']:>5} {kind:>11} {row['window_ops']:>7} {t_is * 1e3:>8.1f} "
+            print(f"{gi:>5} {r:>5} {row['ops']:>5} {kind[:11]:>11} {row['window_ops']:>7} {t_is * 1e3:>8.1f} "
                   f"{t_fs * 1e3:>8.1f} {row['speedup']:>7.1f}x {p_is:>9} {p_fs:>9}  "
                   f"{'=' if p_is == p_fs else ('<' if p_is < p_fs else '>')}", flush=True)
             g, order = new, o_is
@@ -104,7 +154,7 @@ def main() -> int:
           f"worst IS/FS peak ratio {summary['peak_ratio_max']:.3f}; the rewrite moved FS's peak in "
           f"{len(changed)} tests, IS matched it in {summary['same_peak_among_those']} of them")
     print("paper (MAGIS Fig. 14): 4-30x, 10x mean; same peak in 94/100")
-    out = ROOT / "bench" / "results" / "incremental.json"
+    out = ROOT / "bench" / "results" / ("incremental_substitution.json" if subst else "incremental.json")
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps({"summary": summary, "tests": tests}, indent=1))
     print(f"wrote {out.relative_to(ROOT)}")
