@@ -206,3 +206,35 @@ def test_rules_on_nas_forward_graphs(arch):
             assert h.same_as(g)
             seen.add(r.name)
     assert {"cse_relu", "add_comm"} <= seen
+
+
+# ---- inside the M-Optimizer ------------------------------------------------------------------------
+@pytest.mark.slow
+def test_substitutions_as_moptimizer_rules_exact_deltas_and_plan_replays():
+    """With ``substitutions`` the M-Optimizer matches TASO's rules at every state; each child is
+    evaluated as a delta equal to a from-scratch simulation, and a state reached by substitutions
+    and a Remat becomes a plan whose script matches eager PyTorch."""
+    from core.search.moptimizer import SEARCH_SUBSTITUTIONS, MOptimizer
+    from tests.test_delta_eval import assert_child_exact, assert_working_state_exact
+    from tests.workload_cases import Case
+
+    case = Case("bert_tiny", torch.float64)
+    mo = MOptimizer(case.g, substitutions=True)
+    ev = mo.ev
+    assert set(SEARCH_SUBSTITUTIONS) <= set(ev.rules)
+    for rule in ("cse_view", "cse_view", "merge_linear", "merge_matmul_rhs"):
+        apps = [a for a in mo._applications() if a.rule == rule]
+        assert apps, rule
+        c = ev.evaluate(apps[0])
+        assert_child_exact(ev, c)
+        s = ev.child_state(c)
+        ev.commit(s)
+        assert_working_state_exact(ev)
+    remat = next(a for a in mo._applications() if a.rule in ("remat", "remat_chain"))
+    s = ev.advance(remat)
+    plan = mo.plan(s)
+    assert [a.rule for a in plan.applications][:4] == ["cse_view", "cse_view", "merge_linear", "merge_matmul_rhs"]
+    from core.search.plan import replay
+
+    g = replay(case.g, plan.applications)
+    case.verify_order(g, plan.order, "substituted plan")

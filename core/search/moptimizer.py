@@ -39,6 +39,7 @@ from ..transform.fission import Fission
 from ..transform.ftree_rules import FTreeRule
 from ..transform.registry import FTREE_FAMILY, TENSOR_FAMILIES, families, rules_of
 from ..transform.rule import Application, RuleNotApplicable
+from ..transform.substitution import SUBSTITUTIONS
 from .delta import Child, DeltaEvaluator
 from .limits import MemoryLimit
 from .mstate import MState
@@ -60,6 +61,9 @@ SWAP_FROM = (1.05, 1.10)  # Swap steps start from the lowest-peak state within +
 BATCH_SHARE = 0.2  # the warm start's share for micro-batch F-Trans along its Remat chain (batch_fission)
 BATCH_DEPTHS = 24  # states of the Remat chain that batch_fission splits (evenly spaced)
 BATCH_SLOW = 1.8  # batch_fission skips states and parts beyond this latency (x the imported graph's)
+# the substitution rules of the search with ``substitutions``: every A-Trans valid on a training step
+# and the common-subexpression identities that make merges possible (one flatten of Q/K/V's input)
+SEARCH_SUBSTITUTIONS = tuple(s.name for s in SUBSTITUTIONS if s.training and (s.kind == "A-Trans" or s.name.startswith("cse_")))
 
 
 @dataclass
@@ -124,13 +128,15 @@ class MOptimizer:
 
     def __init__(self, g: Graph, cost: CostModel | None = None, order: list[int] | None = None,
                  levels: int = LEVELS, rules: tuple[str, ...] | None = None, delta: float = DELTA,
-                 hot: int = HOT) -> None:
+                 hot: int = HOT, substitutions: bool = False) -> None:
         self.imported = g
         self.cost = cost or AnalyticCost()
         self.order = list(order) if order is not None else get_scheduler("traced").run(g).order
         self.ftree = build_ftree(g, self.order, levels=levels)
         tensor = rules_of(*TENSOR_FAMILIES)
         names = rules if rules is not None else ("ftree", *tensor)
+        if substitutions:  # TASO's rules among the M-Rules (MAGIS section 3): the A-Trans and the
+            names = (*names, *SEARCH_SUBSTITUTIONS)  # identities that open the way for them
         table = dict(rules_of(FTREE_FAMILY)) if "ftree" in names else {}  # they apply what "ftree" matches
         table.update({k: r for k, r in rules_of(*families()).items() if k in names})
         if "ftree" in names:
@@ -532,7 +538,7 @@ def optimize(g: Graph, *, memory_limit: MemoryLimit | str | float | None = None,
              device: str = "rtx3090", warm: float = WARM,
              progress: Callable[[Record], None] | None = None, cancel: threading.Event | None = None,
              on_start: Callable[[MOptimizer], None] | None = None, cost: CostModel | None = None,
-             cost_name: str = "analytic"):
+             cost_name: str = "analytic", substitutions: bool = False):
     """One run of the M-Optimizer as a plan file (``plan.PlanFile``): point 0 is the answer (the best
     state under the limit, or the frontier's points by peak for ``pareto``), then PyTorch's eager
     order as the baseline.  ``memory_limit``: a ``limits.MemoryLimit`` or what ``MemoryLimit.parse``
@@ -542,7 +548,8 @@ def optimize(g: Graph, *, memory_limit: MemoryLimit | str | float | None = None,
     ``warm``: the share of the budget spent on the warm start (greedy fission, then Remat steps:
     ``MOptimizer.warm_start``).  ``on_start`` gets the optimizer before the search starts (a caller
     that shows its archive while it grows).  ``cost``: the cost model (default: ``device``'s analytic
-    model), ``cost_name`` its kind (``core.cost.choice``), recorded in the meta as ``cost``."""
+    model), ``cost_name`` its kind (``core.cost.choice``), recorded in the meta as ``cost``.
+    ``substitutions``: TASO's substitution rules (``SEARCH_SUBSTITUTIONS``) are rules of the search too."""
     from .plan import PlanFile
     from .wl_hash import graph_hash
 
@@ -550,7 +557,7 @@ def optimize(g: Graph, *, memory_limit: MemoryLimit | str | float | None = None,
         raise ValueError("give exactly one of a memory limit, a latency limit or pareto")
     memory = None if memory_limit is None else MemoryLimit.parse(memory_limit)
     t0 = time.perf_counter()
-    m = MOptimizer(g, cost if cost is not None else AnalyticCost(device))
+    m = MOptimizer(g, cost if cost is not None else AnalyticCost(device), substitutions=substitutions)
     if on_start is not None:
         on_start(m)
     start = m.warm_start(warm * time_budget) if warm > 0 else m.root
@@ -580,7 +587,7 @@ def optimize(g: Graph, *, memory_limit: MemoryLimit | str | float | None = None,
             "limit": None if pareto else (str(memory) if memory is not None else latency_limit),
             "limit_bytes": None if memory is None else memory.bytes(m.root.peak),
             "time_budget": time_budget, "seconds": round(time.perf_counter() - t0, 3), "stopped": res.stopped,
-            "ftree_nodes": len(m.ftree.nodes), "states": len(m.seen), "cost": cost_name,
+            "ftree_nodes": len(m.ftree.nodes), "states": len(m.seen), "cost": cost_name, "substitutions": substitutions,
             "cost_profile": m.cost.device.name}
     return PlanFile(g.name, graph_hash(g), device, points, [r.to_dict() for r in res.records], meta)
 
