@@ -455,7 +455,7 @@ def cmd_optimize(a: argparse.Namespace) -> dict[str, Any]:
               f"(Ctrl-C stops and keeps the best found)", file=sys.stderr, flush=True)
         pf = optimize(g, memory_limit=memory, latency_limit=a.latency_limit, pareto=a.pareto,
                       time_budget=a.time_budget, device=device, progress=progress, cancel=cancel,
-                      cost=cost, cost_name=a.cost)
+                      cost=cost, cost_name=a.cost, substitutions=a.substitutions)
         if hasattr(cost, "save"):
             cost.save()
     finally:
@@ -908,6 +908,9 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--device", default=None, metavar="NAME",
                    help=f"device profile for the latency estimate: {_names(DEVICES)} (default: {DEFAULT_PROFILE}; "
                         f"with --cost calibrated or measured, this machine's profile: cpu without a GPU)")
+    s.add_argument("--substitutions", action="store_true",
+                   help="TASO's substitution rules (merge matmuls / convolutions sharing an input, ...) among "
+                        "the search's rules")
     _cost_option(s)
     s.add_argument("--method", dest="optimize_method", default="magis", metavar="NAME",
                    help=f"the method: {_names(METHODS)} (default: magis; another one with --memory-limit, "

@@ -279,6 +279,8 @@ def stylesheet(dom: bool = False) -> list[dict]:
                                                 "outline-offset": 1}},
         {"selector": "node.mk-swap", "style": {"outline-color": "#d97706", "outline-width": 3,
                                                "outline-offset": 1, "outline-style": "dashed"}},
+        {"selector": "node.mk-substitution", "style": {"outline-color": "#0891b2", "outline-width": 3,
+                                                       "outline-offset": 1, "outline-style": "double"}},
         {"selector": "node.ft-sel", "style": {"underlay-color": "#7c3aed", "underlay-opacity": 0.35,
                                               "underlay-padding": 6}},
         # an op of the picked F-Tree node's S drawn as itself: its label gets the split dimension

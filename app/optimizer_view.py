@@ -213,7 +213,8 @@ def plan_cards(f: Frontier, key: int, v: PointView | None, device: str,
     else:
         c = v.counts
         what = (f"{plural(c['fission'], 'op')} in fission regions · {c['remat']} recomputed · "
-                f"{plural(v.swaps().tensors, 'tensor')} swapped")
+                f"{plural(v.swaps().tensors, 'tensor')} swapped"
+                + (f" · {plural(c['substitution'], 'op')} substituted" if c.get("substitution") else ""))
     return [
         _card("plan", f"{name}", p.label or f"point {key}", kind="model", id_="plan-method"),
         _card("plan peak", format_bytes(p.peak), f"{p.peak / base.peak:.3f}x eager · {fits}",
@@ -371,6 +372,11 @@ def pareto_tab(init: dict | None = None) -> dcc.Tab:
                                        className="budget-dd")], className="ctl",
                          title="latency model of the search; calibrated and measured time ops on this machine "
                                "(choose its device profile: cpu without a GPU)"),
+                dcc.Checklist(id="opt-subst", options=[{"label": " TASO's substitution rules", "value": "on"}],
+                              value=[], className="ctl small",
+                              inputStyle={"margin-right": "4px"},
+                              title="merge matmuls / convolutions sharing an input and the identities that open "
+                                    "the way, as rules of the search (MAGIS's A-Trans and I-Trans)"),
                 html.Div([html.Button("optimize", id="opt-run", n_clicks=0, className="btn btn-primary",
                                       title="run the M-Optimizer's Pareto sweep on this model in the background"),
                           html.Button("cancel, keep the best", id="opt-cancel", n_clicks=0, className="btn",
@@ -452,7 +458,8 @@ MARK_PLAN = """function(marks, _els, _tab, table) {
     if (ok) { table.ids.forEach((id, i) => pathOf.set(id, table.paths[table.idx[i]])); }
     let n = 0;
     cy.batch(() => {
-        cy.nodes(".mk-fission, .mk-remat, .mk-swap").removeClass("mk-fission mk-remat mk-swap");
+        cy.nodes(".mk-fission, .mk-remat, .mk-swap, .mk-substitution")
+            .removeClass("mk-fission mk-remat mk-swap mk-substitution");
         if (!ok) { return; }
         const byNid = new Map(), groups = [];
         cy.nodes().forEach(x => {
@@ -598,9 +605,10 @@ def register(app: Dash, state: AppState, guarded, show_message) -> None:
     # ---- optimizing from the page --------------------------------------------------------------------
     @app.callback(Output("opt-poll", "disabled"), Output("opt-status", "children"),
                   Input("opt-run", "n_clicks"), State("model", "value"), State("opt-budget", "value"),
-                  State("device", "value"), State("opt-cost", "value"), prevent_initial_call=True)
+                  State("device", "value"), State("opt-cost", "value"), State("opt-subst", "value"),
+                  prevent_initial_call=True)
     @guarded(2)
-    def on_optimize(n, gid, budget, device, cost):
+    def on_optimize(n, gid, budget, device, cost, subst=None):
         if not n:
             raise PreventUpdate
         state.entry(gid)
@@ -609,7 +617,7 @@ def register(app: Dash, state: AppState, guarded, show_message) -> None:
             cost_device(cost, device)
         except ValueError as e:
             raise AppError(f"Cannot optimize with the {cost} cost model: {e}.") from None
-        job = plans.start_optimize(gid, float(budget or 30), device, cost)
+        job = plans.start_optimize(gid, float(budget or 30), device, cost, substitutions=bool(subst))
         return False, job_line(job.status())
 
     @app.callback(Output("opt-status", "children", allow_duplicate=True), Input("opt-cancel", "n_clicks"),

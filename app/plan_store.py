@@ -66,7 +66,7 @@ class PointView:
     sim: SimResult  # timed simulation of the plan's schedule (compute and copy streams)
     hot: list[Storage]  # tensors alive at the peak, largest first
     hot_nodes: set[int]  # their producers (ids of the plan's graph)
-    marks: dict[int, str]  # imported op id -> "fission" | "remat" | "swap"
+    marks: dict[int, str]  # imported op id -> "fission" | "substitution" | "remat" | "swap"
     origin: dict[int, int]  # plan-graph node id -> the imported op it stands for (where there is one)
     seconds: float = 0.0  # time to build
 
@@ -158,11 +158,16 @@ def origins(imported: Graph, g: Graph) -> dict[int, int]:
 
 
 def plan_marks(imported: Graph, g: Graph, origin: dict[int, int]) -> dict[int, str]:
-    """Imported op -> how the plan changed it: taken into a fission node, recomputed, or swapped."""
+    """Imported op -> how the plan changed it: taken into a fission node, replaced by a graph
+    substitution (TASO's rules: merged, rewritten), recomputed, or swapped."""
     marks: dict[int, str] = {}
+    split = set()
+    for n in g.nodes.values():
+        if n.kind == NodeKind.FISSION and n.fission is not None:
+            split |= n.fission.members
     for n in imported.ops():
         if n.id not in g.nodes:
-            marks[n.id] = "fission"
+            marks[n.id] = "fission" if n.id in split else "substitution"
     for n in g.nodes.values():
         if n.recompute_of is not None and n.id in origin:
             marks.setdefault(origin[n.id], "remat")
@@ -439,11 +444,12 @@ class PlanStore:
         with self._lock:
             return self._jobs.get((gid, kind))
 
-    def start_optimize(self, gid: str, time_budget: float, device: str, cost: str = "analytic") -> Job:
+    def start_optimize(self, gid: str, time_budget: float, device: str, cost: str = "analytic",
+                       substitutions: bool = False) -> Job:
         """Run ``optimize(pareto=True)`` on ``gid`` in a thread; its points are merged into the
         frontier (``merge_frontier``: what was there stays unless a new point dominates it).
         ``cost``: the cost model (``core.cost.choice``; a measuring one needs ``device`` to be this
-        machine's profile)."""
+        machine's profile); ``substitutions``: TASO's rules among the search's rules."""
         with self._lock:
             old = self._jobs.get((gid, "optimize"))
             if old is not None and not old.done:
@@ -482,11 +488,12 @@ class PlanStore:
                 pf = moptimizer.optimize(g, pareto=True, time_budget=time_budget, device=device,
                                          progress=progress, cancel=job.cancel,
                                          on_start=lambda m: setattr(job, "result", m), cost=model,
-                                         cost_name=cost)
+                                         cost_name=cost, substitutions=substitutions)
                 why = "cancelled, best kept" if job.cancel.is_set() else pf.meta.get("stopped", "")
                 found = sum(p.method == "magis" for p in pf.points)
-                f = self.merge_frontier(gid, pf, f"optimized here ({time_budget:g} s budget, {device}, {cost} cost; "
-                                                 f"{why})")
+                rules = ", substitution rules" if substitutions else ""
+                f = self.merge_frontier(gid, pf, f"optimized here ({time_budget:g} s budget, {device}, {cost} cost"
+                                                 f"{rules}; {why})")
                 job.frontier = [(p.peak, p.latency) for p in f.points if p.method == "magis"]
                 job.progress["points"] = found
                 job.progress["distinct"] = pf.meta.get("states")  # every distinct state, the warm start's too

@@ -19,7 +19,7 @@ a failure.  Failures (points a method did not produce, and why) are listed under
 convergence, as PNG and HTML.
 
     python bench/pareto.py [--workloads bert_base,...] [--methods magis,dtr,...] [--device rtx3090]
-                           [--time-budget 60] [--peer-budget 60] [--plots bench/results/pareto]
+                           [--time-budget 60] [--peer-budget 60] [--substitute K] [--plots bench/results/pareto]
                            [--json bench/results/pareto.json]
 """
 
@@ -75,14 +75,32 @@ def run_peer(method: str, workload: str, g, cost, budget: float, eager: dict, *,
                      progress=progress)
 
 
+def substitution_prepass(g, device: str, max_steps: int, budget: float, progress=None):
+    """MAGIS section 7.1's pre-pass: the graph after the best sequence of at most ``max_steps``
+    substitutions (OCGGS Sampling), which every method then starts from."""
+    from core.cost.model import AnalyticCost
+    from core.search.ocggs import substitute
+
+    res, h = substitute(g, "sampling", max_steps=max_steps, time_budget=budget, cost=AnalyticCost(device))
+    if progress is not None:
+        progress(f"substitution pre-pass: {len(res.sequence)} substitutions "
+                 f"({', '.join(t['rule'] for t in res.trace) or 'none'}), predicted latency x{1 / res.speedup:.4f}")
+    return h
+
+
 def run_workload(name: str, *, device: str = "rtx3090", methods: list[str] | None = None,
                  time_budget: float = 60.0, peer_budget: float = 60.0, checkmate_time_limit: float | None = None,
-                 checkmate_max_vars: int = _checkmate.MAX_VARS, graph=None, progress=None) -> dict:
+                 checkmate_max_vars: int = _checkmate.MAX_VARS, graph=None, progress=None,
+                 substitute: int = 0, substitute_budget: float = 30.0) -> dict:
     """Every method of ``methods`` on workload ``name`` (its committed graph, or ``graph``):
-    ``core.search.compare.compare``'s result."""
+    ``core.search.compare.compare``'s result.  ``substitute`` = K > 0: every method starts from the
+    graph after the substitution pre-pass (``substitution_prepass``), as MAGIS section 7.1 gives its
+    baselines TASO's rewrites first."""
     from sample_graphs.store import load_sample_graph
 
     g = graph if graph is not None else load_sample_graph(name)
+    if substitute:
+        g = substitution_prepass(g, device, substitute, substitute_budget, progress)
     return compare(g, name=name, device=device, methods=methods or DEFAULT_METHODS, time_budget=time_budget,
                    peer_budget=peer_budget, model=model_of(name), checkmate_time_limit=checkmate_time_limit,
                    checkmate_max_vars=checkmate_max_vars, progress=progress)
@@ -137,6 +155,10 @@ def main(argv: list[str] | None = None) -> int:
                          "equal share of what is left of the peer budget)")
     ap.add_argument("--checkmate-max-vars", type=int, default=_checkmate.MAX_VARS,
                     help="larger Checkmate MILPs (R and S variables) are not attempted")
+    ap.add_argument("--substitute", type=int, default=0, metavar="K",
+                    help="every method starts from the graph after an OCGGS substitution pre-pass of at most K "
+                         "steps (MAGIS section 7.1; default: 0, none)")
+    ap.add_argument("--substitute-budget", type=float, default=30.0, help="seconds of the pre-pass per workload")
     ap.add_argument("--plots", type=Path, default=ROOT / "bench" / "results" / "pareto")
     ap.add_argument("--no-plots", action="store_true")
     ap.add_argument("--json", type=Path, default=None)
@@ -151,6 +173,7 @@ def main(argv: list[str] | None = None) -> int:
     if unknown:
         ap.error(f"unknown method(s) {', '.join(unknown)}; known: {', '.join(METHODS)}")
     conf = {"device": a.device, "time_budget": a.time_budget, "peer_budget": a.peer_budget,
+            "substitute": a.substitute,
             "checkmate_time_limit": a.checkmate_time_limit, "checkmate_max_vars": a.checkmate_max_vars,
             "methods": methods, "paper": PAPER_NUMBERS}
     header = _header(conf)
@@ -159,7 +182,8 @@ def main(argv: list[str] | None = None) -> int:
     for name in [w for w in a.workloads.split(",") if w]:
         w = run_workload(name, device=a.device, methods=methods, time_budget=a.time_budget,
                          peer_budget=a.peer_budget, checkmate_time_limit=a.checkmate_time_limit,
-                         checkmate_max_vars=a.checkmate_max_vars, progress=lambda s: print(s, flush=True))
+                         checkmate_max_vars=a.checkmate_max_vars, progress=lambda s: print(s, flush=True),
+                         substitute=a.substitute, substitute_budget=a.substitute_budget)
         # keep the JSON form only: a workload's plans and graph would stay on the heap (and in every
         # garbage collection) while the next workloads' time-bounded searches run
         workloads.append(to_json(w))

@@ -238,3 +238,27 @@ def test_substitutions_as_moptimizer_rules_exact_deltas_and_plan_replays():
 
     g = replay(case.g, plan.applications)
     case.verify_order(g, plan.order, "substituted plan")
+
+
+def test_app_marks_substituted_ops_apart_from_fission():
+    from app.plan_store import origins, plan_marks
+
+    _, _, g = build("merge_conv")
+    h = g.copy()
+    (app,) = BY["merge_conv"].match(h)
+    BY["merge_conv"].apply(h, app)
+    marks = plan_marks(g, h, origins(g, h))
+    assert marks == {v: "substitution" for v in app.params}
+
+
+@pytest.mark.slow
+def test_optimize_cli_with_substitutions(tmp_path, capsys):
+    import json
+
+    from app.cli import main
+
+    out = tmp_path / "plan.json"
+    status = main(["optimize", "bert_tiny", "--pareto", "--substitutions", "--time-budget", "4", "-o", str(out),
+                   "--json"])
+    assert status == 0, capsys.readouterr().err
+    assert json.loads(out.read_text())["meta"]["substitutions"] is True

@@ -59,6 +59,7 @@ def _best_first(root: Walk, max_steps: int, budget: Budget, alpha: float, allowe
             seen.add(h)
             if c < best - eps:
                 best_walk, best = child, c
+                root.stats.best_at = budget.elapsed()
             heapq.heappush(queue, (c, next(tick), child))
     return best_walk, best_walk.sequence(), best, True
 
@@ -69,7 +70,7 @@ def taso(walk: Walk, max_steps: int, time_budget: float | None, *, alpha: float 
     _, seq, best, done = _best_first(walk, max_steps, budget, alpha)
     st = walk.stats
     return SubstResult("taso", seq, walk.root_cost, best, st.states, st.matches, budget.elapsed(), done, max_steps,
-                       st.refused, st.match_seconds)
+                       st.refused, st.match_seconds, best_seconds=st.best_at)
 
 
 def pieces(walk: Walk, size: int = PIECE) -> list[set[int]]:
@@ -106,7 +107,8 @@ def metaflow(walk: Walk, max_steps: int, time_budget: float | None, *, alpha: fl
         cur = best_walk
     st = walk.stats
     return SubstResult("metaflow", cur.sequence(), walk.root_cost, cur.cost, st.states, st.matches,
-                       budget.elapsed(), done and not budget.over(), max_steps, st.refused, st.match_seconds)
+                       budget.elapsed(), done and not budget.over(), max_steps, st.refused, st.match_seconds,
+                       best_seconds=budget.elapsed())
 
 
 __all__ = ["ALPHA", "PIECE", "metaflow", "pieces", "taso"]

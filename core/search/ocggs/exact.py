@@ -21,6 +21,7 @@ def dfs(walk: Walk, max_steps: int, budget: Budget, *, ordered: bool) -> tuple[l
         nonlocal best, best_seq, stopped
         if walk.cost < best - 1e-15:
             best, best_seq = walk.cost, walk.sequence()
+            walk.stats.best_at = budget.elapsed()
         if walk.depth >= max_steps:
             return
         for app in (walk.ordered() if ordered else list(walk.matches())):
@@ -46,7 +47,7 @@ def exact_search(method: str, walk: Walk, max_steps: int, time_budget: float | N
     seq, best, done = dfs(walk, max_steps, budget, ordered=method != "enu")
     st = walk.stats
     return SubstResult(method, seq, walk.root_cost, best, st.states, st.matches, budget.elapsed(), done, max_steps,
-                       st.refused, st.match_seconds)
+                       st.refused, st.match_seconds, best_seconds=st.best_at)
 
 
 __all__ = ["dfs", "exact_search"]

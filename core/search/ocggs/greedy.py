@@ -25,9 +25,10 @@ def greedy(walk: Walk, max_steps: int, time_budget: float | None) -> SubstResult
         if best_app is None or not done:
             break
         walk.push(best_app)
+        walk.stats.best_at = budget.elapsed()
     st = walk.stats
     return SubstResult("greedy", walk.sequence(), walk.root_cost, walk.cost, st.states, st.matches, budget.elapsed(),
-                       done, max_steps, st.refused, st.match_seconds)
+                       done, max_steps, st.refused, st.match_seconds, best_seconds=st.best_at)
 
 
 __all__ = ["greedy"]

@@ -40,6 +40,7 @@ class SubstResult:
     max_steps: int
     refused: int = 0
     match_seconds: float = 0.0
+    best_seconds: float = 0.0  # when the best sequence was found (time to best)
     trace: list[dict[str, Any]] = field(default_factory=list)  # per step of the best sequence
 
     @property
@@ -50,7 +51,7 @@ class SubstResult:
         return {"method": self.method, "cost_before_ms": self.cost_before * 1e3, "cost_after_ms": self.cost_after * 1e3,
                 "speedup": self.speedup, "steps": len(self.sequence), "states": self.states,
                 "matches": self.matches, "refused": self.refused, "seconds": self.seconds,
-                "match_seconds": self.match_seconds, "complete": self.complete, "max_steps": self.max_steps}
+                "match_seconds": self.match_seconds, "best_seconds": self.best_seconds, "complete": self.complete, "max_steps": self.max_steps}
 
 
 __all__ = ["Budget", "SubstResult"]

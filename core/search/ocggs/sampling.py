@@ -99,6 +99,7 @@ def sampling(walk: Walk, max_steps: int, time_budget: float | None, *, q: int = 
         nonlocal best_cost, best_seq
         if w.cost < best_cost - eps:
             best_cost, best_seq = w.cost, w.sequence()
+            walk.stats.best_at = budget.elapsed()
 
     for _ in range(max_steps):
         if not level:
@@ -115,6 +116,7 @@ def sampling(walk: Walk, max_steps: int, time_budget: float | None, *, q: int = 
                 break
             if c.parent.check(c.app):
                 best_cost, best_seq = c.cost, c.parent.sequence() + [c.app]
+                walk.stats.best_at = budget.elapsed()
                 break
         des = sorted((c for c in tmp if not c.increases), key=lambda c: c.cost)
         inc_final: list[Cand] = []
@@ -129,6 +131,7 @@ def sampling(walk: Walk, max_steps: int, time_budget: float | None, *, q: int = 
                 for d in _children(w, c.run, budget, eps):
                     if d.cost < best_cost - eps and w.check(d.app):
                         best_cost, best_seq = d.cost, w.sequence() + [d.app]
+                        walk.stats.best_at = budget.elapsed()
                     if not d.increases:
                         inc_final.append(d)
                     elif d.run <= eta and w.depth + 1 < max_steps:
@@ -142,7 +145,7 @@ def sampling(walk: Walk, max_steps: int, time_budget: float | None, *, q: int = 
         done = False
     st = walk.stats
     return SubstResult("sampling", best_seq, walk.root_cost, best_cost, st.states, st.matches, budget.elapsed(),
-                       done, max_steps, st.refused, st.match_seconds)
+                       done, max_steps, st.refused, st.match_seconds, best_seconds=st.best_at)
 
 
 def _dedupe(cands: list[Cand], k: int) -> list[Cand]:

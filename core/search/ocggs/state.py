@@ -105,6 +105,7 @@ class Stats:
     matches: int = 0  # substitutions found (summed over states)
     refused: int = 0  # applications refused (a cycle)
     match_seconds: float = 0.0
+    best_at: float = 0.0  # seconds into the search when its final best was found
 
 
 @dataclass
