@@ -212,7 +212,8 @@ def test_rules_on_nas_forward_graphs(arch):
 @pytest.mark.slow
 def test_substitutions_as_moptimizer_rules_exact_deltas_and_plan_replays():
     """With ``substitutions`` the M-Optimizer matches TASO's rules at every state; each child is
-    evaluated as a delta equal to a from-scratch simulation, and a state reached by substitutions
+    evaluated as a delta equal to a from-scratch simulation (matched next to the state's memory
+    hot-spots, heuristic H2, within the search), and a state reached by substitutions
     and a Remat becomes a plan whose script matches eager PyTorch."""
     from core.search.moptimizer import SEARCH_SUBSTITUTIONS, MOptimizer
     from tests.test_delta_eval import assert_child_exact, assert_working_state_exact
@@ -222,8 +223,14 @@ def test_substitutions_as_moptimizer_rules_exact_deltas_and_plan_replays():
     mo = MOptimizer(case.g, substitutions=True)
     ev = mo.ev
     assert set(SEARCH_SUBSTITUTIONS) <= set(ev.rules)
+    hot = [k for k in ev.hotspots() if k.index >= 0][:6]
+    near = {a for a in mo._applications() if a.rule in SEARCH_SUBSTITUTIONS}
+    every = {a for r in SEARCH_SUBSTITUTIONS for a in ev.rules[r].match(ev.g)}
+    assert near <= every
+    assert all({p for p in a.params} & ({h.node for h in hot} | {u for h in hot for u in ev.g.readers(h)}
+                                        | {p for h in hot for p in ev.g.preds(h.node)}) for a in near)
     for rule in ("cse_view", "cse_view", "merge_linear", "merge_matmul_rhs"):
-        apps = [a for a in mo._applications() if a.rule == rule]
+        apps = ev.rules[rule].match(ev.g)  # every match (the search matches near its hot-spots)
         assert apps, rule
         c = ev.evaluate(apps[0])
         assert_child_exact(ev, c)

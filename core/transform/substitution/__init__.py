@@ -41,8 +41,19 @@ class Substitute(Rule):
         return Application(self.name, ids + extra)
 
     def match(self, g: Graph, hot: Iterable[TRef] = (), where: Where | None = None) -> list[Application]:
-        """Every match in ``g`` (substitutions are not about tensors: ``hot`` is not used)."""
-        return [Application(self.name, p) for p in find_matches(g, self.sub)]
+        """The matches in ``g``: every one, or with memory hot-spot tensors ``hot`` (the M-Optimizer's
+        heuristic H2) those with an op next to a hot-spot -- its producer, a reader, or an input of
+        the producer -- which keeps a search state's matching local on a graph of thousands of ops."""
+        hot = list(hot)
+        if not hot:
+            return [Application(self.name, p) for p in find_matches(g, self.sub)]
+        near: set[int] = set()
+        for r in hot:
+            if r.node in g.nodes:
+                near.add(r.node)
+                near.update(g.preds(r.node))
+                near.update(g.readers(r))
+        return [Application(self.name, p) for p in find_matches(g, self.sub, anchor=sorted(near))]
 
     def edit(self, g: Graph, app: Application) -> None:
         rewrite(g, self.sub, bind(g, self.sub, app.params))
