@@ -101,6 +101,8 @@ def run_one(g: Graph, method: str, k: int, budget: float) -> dict:
 
 
 def fmt_cell(row: dict, method: str) -> str:
+    if row.get("error") == "not run":
+        return "n/a"
     if "error" in row:
         return "error"
     if method in EXACT and not row["complete"]:
@@ -114,16 +116,18 @@ def table(title: str, rows: dict[str, dict[str, dict]], methods: list[str]) -> N
     head = f"{'graph':<{w}}{'ops':>6}{'before':>9}"
     print(head + "".join(f"{m:>11}" for m in methods) + "   (predicted ms; - = exact search stopped by the budget)")
     for name, per in rows.items():
-        any_row = next(iter(per.values()))
+        any_row = next((r for r in per.values() if "ops" in r and "error" not in r), {})
         line = f"{name:<{w}}{any_row.get('ops', 0):>6}{any_row.get('cost_before_ms', 0):>9.3f}"
         print(line + "".join(f"{fmt_cell(per[m], m):>11}" for m in methods))
     print(f"{'search seconds':<{w}}")
     for name, per in rows.items():
         print(f"{name:<{w}}{'':>15}" + "".join(
-            f"{per[m].get('seconds', float('nan')):>10.2f}{'' if per[m].get('complete') else '*'}" for m in methods))
+            f"{per[m]['seconds']:>10.2f}{'' if per[m].get('complete') else '*'}" if "seconds" in per[m] else f"{'n/a':>11}"
+            for m in methods))
     print(f"{'memory MiB':<{w}}   (* = stopped by the time budget)")
     for name, per in rows.items():
-        print(f"{name:<{w}}{'':>15}" + "".join(f"{per[m].get('memory_bytes', 0) / 2**20:>11.1f}" for m in methods))
+        print(f"{name:<{w}}{'':>15}" + "".join(
+            f"{per[m]['memory_bytes'] / 2**20:>11.1f}" if "memory_bytes" in per[m] else f"{'n/a':>11}" for m in methods))
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -28,7 +28,7 @@ from ...errors import RuleNotApplicable
 from ...ir.graph import EditLog, Graph, NodeKind, TensorKind, TRef, map_refs
 from ...transform.rule import Application
 from ...transform.substitution import SUBSTITUTE_RULES, Substitute
-from ...transform.substitution.pattern import bind, find_matches
+from ...transform.substitution.pattern import find_matches
 
 Label = tuple[int, int]
 
@@ -263,23 +263,14 @@ class Walk:
         return out
 
     def _after(self, step: Step) -> list[Application]:
-        """DPP's reuse: the parent's matches that touch no replaced node, plus the matches that
-        contain a node next to the change (created, reading or read by a created node, or an input
-        of a replaced node: its readers changed)."""
+        """DPP's reuse: the parent's matches away from the change, plus the matches that contain a
+        node next to it -- created, reading or read by a created node, an input of a created or
+        replaced node and that input's other readers (siblings), a re-pointed reader."""
         import time
 
         t0 = time.perf_counter()
         g = self.g
         gone = set(step.replaced)
-        kept = []
-        for a in self._matches[-1]:
-            r = self.rules[a.rule]
-            if gone.isdisjoint(a.params[:r.sub.n_source]):
-                try:  # still a match (a guard may read the neighbourhood: a sibling merged away)
-                    bind(g, r.sub, a.params)
-                except RuleNotApplicable:
-                    continue
-                kept.append(a)
         region: set[int] = set(step.created)
         for v in step.created:
             for p in g.preds(v):
@@ -288,15 +279,20 @@ class Walk:
             region.update(g.users(v))
         for e in step.log.edits:
             if e.kind == "erase" and e.node is not None:
-                region.update(p for p in e.node._preds if p in g.nodes)
+                for p in e.node._preds:
+                    if p in g.nodes:
+                        region.add(p)
+                        region.update(g.users(p))
             elif e.kind == "args" and e.nid in g.nodes:
                 region.add(e.nid)
+        # a match away from the change (no replaced node, none next to it) is still one; those next
+        # to it are found again with the new ones (a guard may read the neighbourhood: a sibling
+        # merged away); whether an application closes a cycle is checked when it is applied
+        kept = [a for a in self._matches[-1] if gone.isdisjoint(ids := a.params[:self.rules[a.rule].sub.n_source])
+                and region.isdisjoint(ids)]
         self.stats.match_seconds += time.perf_counter() - t0
         fresh = self._find(anchor=sorted(region))
-        seen = {(a.rule, a.params) for a in fresh}
-        # a kept match may have been invalidated only by the cycle condition, checked at apply time
-        return sorted(fresh + [a for a in kept if (a.rule, a.params) not in seen],
-                      key=lambda a: (a.rule, a.params))
+        return sorted(fresh + kept, key=lambda a: (a.rule, a.params))
 
 
 def labels_of(walk: Walk, ids: Sequence[int]) -> list[Label]:

@@ -232,8 +232,16 @@ def _templates(x: Any) -> Iterable[Any]:
         yield x
 
 
+_USES: dict[int, tuple[POp, list[Any]]] = {}
+_ORDERS: dict[tuple[int, int], tuple[Substitution, list[int]]] = {}
+
+
 def _uses(p: POp) -> list[Any]:
-    return list(_templates(p.args)) + [t for _, v in p.kwargs for t in _templates(v)]
+    """The templates of ``p``'s arguments, flattened (memoised per pattern op)."""
+    hit = _USES.get(id(p))
+    if hit is None or hit[0] is not p:
+        hit = _USES[id(p)] = (p, list(_templates(p.args)) + [t for _, v in p.kwargs for t in _templates(v)])
+    return hit[1]
 
 
 # ---- matching ------------------------------------------------------------------------------------
@@ -251,7 +259,15 @@ def _candidates(sub: Substitution, i: int, m: Match, pending: dict[str, TRef]) -
 
 
 def _order(sub: Substitution, first: int) -> list[int]:
-    """Source positions from ``first`` on, each connected to an earlier one where possible."""
+    """Source positions from ``first`` on, each connected to an earlier one where possible
+    (memoised per rule and first position)."""
+    hit = _ORDERS.get((id(sub), first))
+    if hit is None or hit[0] is not sub:
+        hit = _ORDERS[(id(sub), first)] = (sub, _make_order(sub, first))
+    return hit[1]
+
+
+def _make_order(sub: Substitution, first: int) -> list[int]:
     order = [first]
     names = {sub.source[first].name}
     ins = {t.name for t in _uses(sub.source[first]) if isinstance(t, In)}
