@@ -372,11 +372,11 @@ def pareto_tab(init: dict | None = None) -> dcc.Tab:
                                        className="budget-dd")], className="ctl",
                          title="latency model of the search; calibrated and measured time ops on this machine "
                                "(choose its device profile: cpu without a GPU)"),
-                dcc.Checklist(id="opt-subst", options=[{"label": " TASO's substitution rules", "value": "on"}],
-                              value=[], className="ctl small",
-                              inputStyle={"margin-right": "4px"},
-                              title="merge matmuls / convolutions sharing an input and the identities that open "
-                                    "the way, as rules of the search (MAGIS's A-Trans and I-Trans)"),
+                html.Div(dcc.Checklist(id="opt-subst", options=[{"label": " TASO's substitution rules", "value": "on"}],
+                                       value=[], inputStyle={"margin-right": "4px"}),
+                         className="ctl small",
+                         title="merge matmuls / convolutions sharing an input and the identities that open "
+                               "the way, as rules of the search (MAGIS's A-Trans and I-Trans)"),
                 html.Div([html.Button("optimize", id="opt-run", n_clicks=0, className="btn btn-primary",
                                       title="run the M-Optimizer's Pareto sweep on this model in the background"),
                           html.Button("cancel, keep the best", id="opt-cancel", n_clicks=0, className="btn",
