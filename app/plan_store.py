@@ -15,7 +15,7 @@ import logging
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -40,7 +40,7 @@ from core.search.plan import (
     sim_options,
 )
 from core.simulate import SimResult, simulate
-from core.transform.registry import RULES, families, get_rule
+from core.transform.registry import RULES, SUBSTITUTION_FAMILY, families, get_rule
 from core.transform.rule import Application
 
 from .errors import wait_result
@@ -157,17 +157,20 @@ def origins(imported: Graph, g: Graph) -> dict[int, int]:
     return out
 
 
-def plan_marks(imported: Graph, g: Graph, origin: dict[int, int]) -> dict[int, str]:
+def plan_marks(imported: Graph, g: Graph, origin: dict[int, int],
+               applications: Sequence[Application] = ()) -> dict[int, str]:
     """Imported op -> how the plan changed it: taken into a fission node, replaced by a graph
-    substitution (TASO's rules: merged, rewritten), recomputed, or swapped."""
+    substitution (TASO's rules: merged, rewritten -- the source ops of the plan's substitution
+    ``applications``), recomputed, or swapped."""
     marks: dict[int, str] = {}
-    split = set()
-    for n in g.nodes.values():
-        if n.kind == NodeKind.FISSION and n.fission is not None:
-            split |= n.fission.members
+    substituted = set()
+    for app in applications:
+        rule = RULES.get(app.rule)
+        if rule is not None and rule.family == SUBSTITUTION_FAMILY:
+            substituted.update(app.params[:rule.sub.n_source])
     for n in imported.ops():
         if n.id not in g.nodes:
-            marks[n.id] = "fission" if n.id in split else "substitution"
+            marks[n.id] = "substitution" if n.id in substituted else "fission"
     for n in g.nodes.values():
         if n.recompute_of is not None and n.id in origin:
             marks.setdefault(origin[n.id], "remat")
@@ -184,7 +187,7 @@ def build_view(imported: Graph, plan: Plan, key: int, device: str) -> PointView:
     hot = sim.memory.hotspots()
     origin = origins(imported, g)
     return PointView(key, plan, g, sim, hot, {s.root.node for s in hot if s.alloc >= 0},
-                     plan_marks(imported, g, origin), origin, time.perf_counter() - t0)
+                     plan_marks(imported, g, origin, plan.applications), origin, time.perf_counter() - t0)
 
 
 def build_steps(imported: Graph, plan: Plan, device: str, base_order: list[int],

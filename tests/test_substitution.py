@@ -254,8 +254,9 @@ def test_app_marks_substituted_ops_apart_from_fission():
     h = g.copy()
     (app,) = BY["merge_conv"].match(h)
     BY["merge_conv"].apply(h, app)
-    marks = plan_marks(g, h, origins(g, h))
+    marks = plan_marks(g, h, origins(g, h), [app])
     assert marks == {v: "substitution" for v in app.params}
+    assert plan_marks(g, h, origins(g, h)) == {v: "fission" for v in app.params}  # erased by no substitution
 
 
 @pytest.mark.slow
