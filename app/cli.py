@@ -763,19 +763,19 @@ def cmd_substitute(a: argparse.Namespace) -> dict[str, Any]:
     from core.search import ocggs
     from core.simulate import simulate
 
-    ocggs.check_options(a.method, a.max_steps, a.time_budget)
+    ocggs.check_options(a.subst_method, a.max_steps, a.time_budget)
     rules = [r.strip() for r in a.rules.split(",") if r.strip()] if a.rules else None
     ocggs.search_rules(rules)  # unknown names refused before any work
     cost = _cost(a)
     g = _substitution_graph(a.file)
     if not a.json:
-        print(f"{g.name}: {len(g)} nodes; searching ({a.method}, K = {a.max_steps}, "
+        print(f"{g.name}: {len(g)} nodes; searching ({a.subst_method}, K = {a.max_steps}, "
               f"{a.time_budget:g} s budget)", file=sys.stderr, flush=True)
-    res, h = ocggs.substitute(g, a.method, max_steps=a.max_steps, time_budget=a.time_budget, rules=rules, cost=cost)
+    res, h = ocggs.substitute(g, a.subst_method, max_steps=a.max_steps, time_budget=a.time_budget, rules=rules, cost=cost)
     before = simulate(g, get_scheduler("traced").run(g).order, cost)
     after = simulate(h, get_scheduler("traced").run(h).order, cost)
     io.save(h, a.output)
-    out = {"output": str(a.output), "graph": g.name, "device": cost.device.name, "method": a.method,
+    out = {"output": str(a.output), "graph": g.name, "device": cost.device.name, "method": a.subst_method,
            "rules": rules or sorted(ocggs.search_rules()), **res.summary(),
            "latency_ms": [before.latency * 1e3, after.latency * 1e3], "peak_bytes": [int(before.peak), int(after.peak)],
            "nodes": [len(g), len(h)], "fold_weights": g.meta.get("mode") == "forward", "sequence": res.trace}
@@ -1015,7 +1015,7 @@ def build_parser() -> argparse.ArgumentParser:
                                    "On a forward graph, ops that read only weights are folded (as at inference).")
     s.add_argument("file", metavar="FILE", help="a graph file, or a sample name (training samples, forward "
                                                 f"samples: {', '.join(sample_graphs.FORWARD_NAMES)}; NAS networks)")
-    s.add_argument("--method", default="sampling", metavar="NAME",
+    s.add_argument("--method", dest="subst_method", default="sampling", metavar="NAME",
                    help="search: sampling, dpp, pruning, taso, metaflow, enu, greedy (default: %(default)s)")
     s.add_argument("--max-steps", type=int, default=10, metavar="K",
                    help="at most K substitutions, 1 to 100 (default: %(default)s)")
