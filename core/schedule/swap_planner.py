@@ -355,7 +355,7 @@ def plan_swaps(p: SwapProblem, schedule: Sequence[int], alloc: Allocation | None
 
     def leave(v: int, u: int, end: tuple[str, int], until: str) -> None:
         """Close ``v``'s stay in its object (``stays``): it leaves after position ``u``."""
-        if stays and v in opened:
+        if v in opened:
             o, first, begin = opened.pop(v)
             closed.append((v, o, first, u, begin, end, until))
 
@@ -366,7 +366,8 @@ def plan_swaps(p: SwapProblem, schedule: Sequence[int], alloc: Allocation | None
         if has_copy[v]:
             drops.append((v, u))
             evictions.append((v, u, -1))
-            leave(v, u, ("op", u), "dropped")
+            if stays:
+                leave(v, u, ("op", u), "dropped")
             return u, -1
         has_copy[v] = True
         at = s - 1 if on_demand else u
@@ -374,7 +375,8 @@ def plan_swaps(p: SwapProblem, schedule: Sequence[int], alloc: Allocation | None
         k = len(stores) - 1
         store_of[v] = k
         evictions.append((v, at, k))
-        leave(v, u, ("out", k), "out")
+        if stays:
+            leave(v, u, ("out", k), "out")
         return at, k
 
     for s, o in enumerate(sched):
@@ -452,7 +454,8 @@ def plan_swaps(p: SwapProblem, schedule: Sequence[int], alloc: Allocation | None
                 elif not p.t_pinned[t]:
                     residents[cls_of[t]].discard(t)
                     free[cls_of[t]].insert(0, (s, -1, obj_of.pop(t)))
-                    leave(t, s, ("op", s), "dead")
+                    if stays:
+                        leave(t, s, ("op", s), "dead")
     # ---- the program and its three-stream time --------------------------------------------------
     after: list[list[int]] = [[] for _ in range(n + 1)]
     for k, (_t, at) in enumerate(stores):
