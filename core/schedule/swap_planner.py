@@ -15,6 +15,11 @@ why it is decided while walking but placed earlier), and the swap-in as early as
 once the object it fills is free (the victim's swap-out has ended, or the op that freed it ran), and
 at the latest right before the op that reads it.
 
+Each pool tensor on the device is in one *object* of its class: a free one (the one free longest,
+the never-used ones first), else the one its victim leaves.  ``plan_swaps(..., stays=True)`` records
+these stays (``Stay``: tensor, object, from which op to which, and their times on the three
+streams), which is how the app draws which tensor is in which object over the step.
+
 On-demand swapping (ODSwap, the paper's baseline) is the same walk over one byte pool (no size
 classes) with least-recently-used eviction, each swap-out issued right before the op that needs the
 memory and each swap-in right before the op that reads the tensor.
@@ -260,6 +265,24 @@ class SwapProblem:
                                   f"the tensors that cannot be swapped)")
 
 
+@dataclass(frozen=True)
+class Stay:
+    """One stay of a pool tensor in one object of its size class (``plan_swaps(..., stays=True)``):
+    from the op that makes it (or the swap-in that brings it back) to its last use, its swap-out, or
+    its drop.  Times are the plan's three-stream seconds: the object is taken when the op or the
+    swap-in starts and free when the last use or the swap-out copy ends."""
+
+    tensor: int  # index into the problem's tensors
+    cls: int  # size class
+    obj: int  # object of the class (0 .. CNT - 1)
+    first: int  # schedule position of the op that makes it, or of the op its swap-in is for
+    last: int  # schedule position of the op after which it leaves (its last use before leaving)
+    start: float  # seconds
+    end: float
+    loaded: bool  # brought back by a swap-in (else made on the device)
+    until: str  # "dead" (no use left), "out" (copied to host) or "dropped" (its host copy is valid)
+
+
 @dataclass
 class SwapPlan:
     """The planner's decisions and their three-stream simulation."""
@@ -279,6 +302,7 @@ class SwapPlan:
     bytes_in: int = 0
     pool_bytes: int = 0  # the pool and the pinned tensors next to it (on demand: the byte pool)
     why: str = ""
+    stays: list[Stay] = field(default_factory=list)  # which tensor in which object when (``stays=True``)
 
     def summary(self) -> dict:
         return {"time": self.time, "compute": self.compute, "swap_outs": len(self.stores),
@@ -287,9 +311,11 @@ class SwapPlan:
 
 
 def plan_swaps(p: SwapProblem, schedule: Sequence[int], alloc: Allocation | None = None, *,
-               capacity: int | None = None) -> SwapPlan:
+               capacity: int | None = None, stays: bool = False) -> SwapPlan:
     """SwapAdvisor's planner on ``schedule`` (op indices) with pool ``alloc``, or (``alloc`` None)
-    on-demand LRU swapping over a byte pool of ``capacity`` bytes."""
+    on-demand LRU swapping over a byte pool of ``capacity`` bytes.  The planner gives every pool
+    tensor an object of its class (a free one: the one free longest, else the victim's); with
+    ``stays`` the plan records them (``SwapPlan.stays``)."""
     sched = list(schedule)
     n = len(sched)
     pos = [0] * n
@@ -320,10 +346,18 @@ def plan_swaps(p: SwapProblem, schedule: Sequence[int], alloc: Allocation | None
         lru: OrderedDict[int, None] = OrderedDict()
     else:
         cls_of = [-1 if pin else alloc.class_of(b) for b, pin in zip(p.t_bytes, p.t_pinned, strict=True)]
-        free: list[list[tuple[int, int]]] = [[(-1, -1)] * c for c in alloc.cnt]  # (release pos, store)
-        for f in free:
-            f.reverse()
+        # free objects of each class as (release pos, store, object); the first taken is the last
+        free: list[list[tuple[int, int, int]]] = [[(-1, -1, j) for j in reversed(range(c))] for c in alloc.cnt]
         residents: list[set[int]] = [set() for _ in alloc.cnt]
+    obj_of: dict[int, int] = {}  # pool tensor on the device -> its object
+    opened: dict[int, tuple[int, int, tuple[str, int]]] = {}  # tensor -> (object, first position, start entry)
+    closed: list[tuple[int, int, int, int, tuple[str, int], tuple[str, int], str]] = []  # see ``_stays``
+
+    def leave(v: int, u: int, end: tuple[str, int], until: str) -> None:
+        """Close ``v``'s stay in its object (``stays``): it leaves after position ``u``."""
+        if v in opened:
+            o, first, begin = opened.pop(v)
+            closed.append((v, o, first, u, begin, end, until))
 
     def evict(v: int, s: int) -> tuple[int, int]:
         """Evict ``v`` (at ``s``): the release of its memory as (position, store or -1)."""
@@ -332,6 +366,8 @@ def plan_swaps(p: SwapProblem, schedule: Sequence[int], alloc: Allocation | None
         if has_copy[v]:
             drops.append((v, u))
             evictions.append((v, u, -1))
+            if stays:
+                leave(v, u, ("op", u), "dropped")
             return u, -1
         has_copy[v] = True
         at = s - 1 if on_demand else u
@@ -339,6 +375,8 @@ def plan_swaps(p: SwapProblem, schedule: Sequence[int], alloc: Allocation | None
         k = len(stores) - 1
         store_of[v] = k
         evictions.append((v, at, k))
+        if stays:
+            leave(v, u, ("out", k), "out")
         return at, k
 
     for s, o in enumerate(sched):
@@ -385,8 +423,11 @@ def plan_swaps(p: SwapProblem, schedule: Sequence[int], alloc: Allocation | None
                         return plan
                     v = best[1]
                     residents[c].discard(v)
-                    rel = evict(v, s)
+                    rel = (*evict(v, s), obj_of.pop(v))
                 residents[c].add(t)
+                obj_of[t] = rel[2]
+                if stays:
+                    opened[t] = (rel[2], s, ("in", len(loads)) if loc[t] == 2 else ("op", s))
             if loc[t] == 2:
                 prereq = max(rel[0], stores[store_of[t]][1]) if t in store_of else rel[0]
                 loads.append((t, s, prereq, rel[1]))
@@ -412,7 +453,9 @@ def plan_swaps(p: SwapProblem, schedule: Sequence[int], alloc: Allocation | None
                     lru.pop(t, None)
                 elif not p.t_pinned[t]:
                     residents[cls_of[t]].discard(t)
-                    free[cls_of[t]].insert(0, (s, -1))
+                    free[cls_of[t]].insert(0, (s, -1, obj_of.pop(t)))
+                    if stays:
+                        leave(t, s, ("op", s), "dead")
     # ---- the program and its three-stream time --------------------------------------------------
     after: list[list[int]] = [[] for _ in range(n + 1)]
     for k, (_t, at) in enumerate(stores):
@@ -494,7 +537,37 @@ def plan_swaps(p: SwapProblem, schedule: Sequence[int], alloc: Allocation | None
     plan.bytes_out = sum(p.t_bytes[t] for t, _ in stores)
     plan.bytes_in = sum(p.t_bytes[t] for t, _, _, _ in loads)
     plan.pool_bytes = alloc.pool_bytes + p.pinned_bytes() if alloc is not None else int(capacity or 0)
+    if stays and alloc is not None:
+        for v in list(opened):  # still on the device at the end of the step (none in a dataflow graph)
+            leave(v, n - 1, ("op", n - 1), "dead")
+        plan.stays = _stays(plan, closed, cls_of)
     return plan
+
+
+def _stays(plan: SwapPlan, closed: Sequence[tuple], cls_of: Sequence[int]) -> list[Stay]:
+    """The planner's closed stays -- (tensor, object, first position, last position, start entry, end
+    entry, how it left), entries of ``plan.program`` -- timed with the program's times, by class,
+    object and start."""
+    index = {e: i for i, e in enumerate(plan.program)}
+    out = [Stay(t, cls_of[t], o, first, last, plan.times[index[begin]][0], plan.times[index[end]][1],
+                begin[0] == "in", until)
+           for t, o, first, last, begin, end, until in closed]
+    return sorted(out, key=lambda x: (x.cls, x.obj, x.start, x.end, x.tensor))
+
+
+def host_stays(plan: SwapPlan) -> list[tuple[int, int, float, float]]:
+    """(tensor, class, start, end) of each time a pool tensor is away from the device: from the end of
+    its swap-out copy (or its drop) to the start of the swap-in that brings it back."""
+    by: dict[int, list[Stay]] = {}
+    for x in plan.stays:
+        by.setdefault(x.tensor, []).append(x)
+    out = []
+    for t, xs in by.items():
+        xs.sort(key=lambda x: (x.start, x.end))
+        for a, b in zip(xs, xs[1:], strict=False):
+            if a.until != "dead" and b.loaded and b.start > a.end:
+                out.append((t, a.cls, a.end, b.start))
+    return sorted(out, key=lambda h: (h[1], h[2], h[3], h[0]))
 
 
 def _late_application(g: Graph, ref: TRef, split: float, pos: dict[int, float]) -> Application:
@@ -579,4 +652,4 @@ def realise(p: SwapProblem, plan: SwapPlan
     return apps, g, [v for v in order if v in g.nodes], waits  # an early view nothing reads any more is erased
 
 
-__all__ = ["InfeasibleLimit", "SwapPlan", "SwapProblem", "plan_swaps", "realise"]
+__all__ = ["InfeasibleLimit", "Stay", "SwapPlan", "SwapProblem", "host_stays", "plan_swaps", "realise"]
