@@ -15,7 +15,17 @@ from core.cost import DEFAULT_PROFILE, DEVICES
 from core.fmt import format_bytes, plural
 from core.ir.graph import GraphError
 
-from . import cyto, export_view, figures, ftree_view, optimizer_view, panels, steps_view, swaps_view
+from . import (
+    cyto,
+    export_view,
+    figures,
+    ftree_view,
+    fusion_view,
+    optimizer_view,
+    panels,
+    steps_view,
+    swaps_view,
+)
 from .modtree import Path
 from .state import AppError, AppState
 
@@ -287,7 +297,7 @@ def first_render(state: AppState, gid: str, device: str = DEFAULT_PROFILE, sched
 
 
 def register(app: Dash, state: AppState) -> None:
-    for view in (optimizer_view, steps_view, swaps_view, export_view, ftree_view):
+    for view in (optimizer_view, steps_view, swaps_view, export_view, ftree_view, fusion_view):
         view.register(app, state, guarded, show_message)
     # ---- model picker & upload --------------------------------------------------------------------
     @app.callback(Output("model", "options"), Output("model", "value"), Output("upload", "contents"),

@@ -824,7 +824,8 @@ def cmd_fuse(a: argparse.Namespace) -> dict[str, Any]:
     finally:
         tmp.unlink(missing_ok=True)
     if a.json:
-        print(json.dumps({k: v for k, v in res.items() if k != "groups"} | {"output": str(a.output)}, indent=1))
+        shown = {k: v for k, v in res.items() if k not in ("groups", "split_steps")}  # both are in the file
+        print(json.dumps(shown | {"output": str(a.output)}, indent=1))
     else:
         for line in plan.summary().splitlines():
             print(terminal_safe(line))
@@ -1057,7 +1058,8 @@ def build_parser() -> argparse.ArgumentParser:
     s = sub.add_parser("app", help="launch the web app")
     s.add_argument("file", nargs="?", default=None, metavar="FILE", help="a graph file to open")
     s.add_argument("--sample", default=None, metavar="NAME",
-                   help=f"a sample to open: {', '.join(sample_graphs.NAMES)}")
+                   help=f"a sample to open: {', '.join(sample_graphs.NAMES)}; forward samples (layer fusion): "
+                        f"{', '.join(n for n in sample_graphs.FORWARD_NAMES if n not in sample_graphs.NAMES)}")
     s.add_argument("--host", default="127.0.0.1", help="address to listen on (default: %(default)s)")
     s.add_argument("--port", type=int, default=8050, help="port to listen on (default: %(default)s)")
     s.add_argument("--debug", action="store_true", help="Dash debug mode (reloader, error overlay)")

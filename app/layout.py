@@ -1,7 +1,8 @@
 """The page: a header with the model / upload / device pickers, summary cards, and a tab bar whose
 tabs are the workspace panels: "Memory analysis" (graph, dominator tree or F-Tree, node details, memory over time, hot-spots); the plan bar (a memory slider along the
 frontier) sits above the tabs, and the optimizer's tabs (Pareto frontier, rule steps, swaps, export)
-show the plan it selects."""
+show the plan it selects; the "Fusion" tab plans layer fusion of a forward graph under an on-chip
+buffer."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from dash.dash_table.Format import Format
 
 from core.cost import DEFAULT_PROFILE, DEVICES
 
-from . import export_view, optimizer_view, steps_view, swaps_view
+from . import export_view, fusion_view, optimizer_view, steps_view, swaps_view
 from .cyto import DOM_LAYOUT, LAYOUT, ftree_stylesheet, stylesheet
 from .figures import HOTSPOT_COLUMNS
 from .ftree_view import CANDIDATE_TEXT, ENABLED_TEXT, FTREE_LAYOUT, ftree_hint
@@ -171,10 +172,11 @@ def analysis_tab(schedules: list[str], init: dict) -> html.Div:
 
 
 def workspace_tabs(schedules: list[str], init: dict) -> list[dcc.Tab]:
-    """The workspace panels, one tab each: the memory analysis of the imported graph, then the
-    optimizer's views of the plan selected in the plan bar."""
+    """The workspace panels, one tab each: the memory analysis of the imported graph, the optimizer's
+    views of the plan selected in the plan bar, and layer fusion (GET)."""
     return [dcc.Tab(analysis_tab(schedules, init), label="Memory analysis", value="analysis"),
-            optimizer_view.pareto_tab(init), steps_view.tab(), swaps_view.tab(), export_view.tab()]
+            optimizer_view.pareto_tab(init), steps_view.tab(), swaps_view.tab(), export_view.tab(),
+            fusion_view.tab()]
 
 
 def build_layout(state: AppState, initial: str, init: dict | None = None) -> html.Div:

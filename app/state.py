@@ -40,11 +40,27 @@ MAX_UPLOADS = 2  # uploaded graphs kept in memory: a new upload releases the old
 EXCLUDED_SCHEDULES = {"brute"}  # exhaustive: hopeless beyond toy graphs
 FIRST_SCHEDULES = ["traced", "rpo"]
 FULL_SIZE = {"resnet50", "bert_base", "vit_base", "unet", "unetpp", "gpt_neo_1_3b", "btlm_3b"}
-def sample_names() -> list[str]:
-    """Every sample: the small ones first, then the paper-size workloads."""
+def forward_sample_names() -> list[str]:
+    """The inference samples with a committed forward graph (the CNNs of layer fusion:
+    ``sample_graphs.FORWARD_NAMES`` whose ``<name>.forward.json.gz`` is there)."""
     import sample_graphs
 
-    return sorted(sample_graphs.NAMES, key=lambda n: (n in FULL_SIZE, n))
+    return [n for n in sample_graphs.FORWARD_NAMES if n not in sample_graphs.NAMES
+            and sample_graph_path(n, "forward").exists()]
+
+
+def sample_names() -> list[str]:
+    """Every sample: the small ones first, then the paper-size workloads, then the forward samples."""
+    import sample_graphs
+
+    return sorted(sample_graphs.NAMES, key=lambda n: (n in FULL_SIZE, n)) + forward_sample_names()
+
+
+def sample_mode(name: str) -> str:
+    """The graph a sample opens with: "forward" for the inference samples, else its training graph."""
+    import sample_graphs
+
+    return "forward" if name in sample_graphs.FORWARD_NAMES and name not in sample_graphs.NAMES else "train"
 
 
 def sample_graph_path(name: str, mode: str = "train") -> Path:
@@ -54,17 +70,19 @@ def sample_graph_path(name: str, mode: str = "train") -> Path:
 
 
 def sample_file_exists(name: str) -> bool:
-    return sample_graph_path(name).exists()
+    return sample_graph_path(name, sample_mode(name)).exists()
 
 
 def load_sample(name: str) -> Graph:
-    """A sample's committed graph file, or (slow, imports torch) a capture when there is none."""
-    p = sample_graph_path(name)
+    """A sample's committed graph file (a forward sample's forward graph), or (slow, imports torch)
+    a capture when there is none."""
+    mode = sample_mode(name)
+    p = sample_graph_path(name, mode)
     if p is not None and p.exists():
         return io.load(p)
     from sample_graphs.store import load_sample_graph
 
-    return load_sample_graph(name)
+    return load_sample_graph(name, mode)
 
 
 def decode_upload(contents: str) -> bytes:
@@ -241,6 +259,8 @@ class AppState:
             label = name
             if name in FULL_SIZE:
                 label += "  (full size)"
+            elif sample_mode(name) == "forward":
+                label += "  (forward: layer fusion)"
             if not sample_file_exists(name):
                 label += "  - no graph file, captured on first use (slow)"
             opts.append({"label": label, "value": f"sample:{name}"})

@@ -227,3 +227,83 @@ def test_fused_groups_lower_the_roofline_latency_and_nsga2_keeps_a_front():
     assert r.front and r.front[0][0] == r.dram  # the front's least-DRAM end is the best plan
     for a in r.front:  # non-dominated
         assert not any(b != a and b[0] <= a[0] and b[1] <= a[1] for b in r.front)
+
+
+# ---- the split steps behind a plan ---------------------------------------------------------------
+def test_a_plan_keeps_the_split_steps_of_its_repaired_groups():
+    from core.search.fusion.search import PlanSearch
+
+    p = residual()
+    s = PlanSearch(p, 150, Splitter(p, 150, oracle_explainer), 10)
+    ev = s.evaluate(np.zeros(p.n - 1, dtype=bool))  # one segment: the whole block, invalid (184 >= 150)
+    (step,) = ev.steps
+    assert step.group == frozenset(range(5)) and step.buffer == 184 and step.depth == 0 and step.how == "cut"
+    assert (0, 4) in step.explained and list(step.parts) == ev.groups
+    assert sorted(step.cut_edges(p)) == [(0, 4), (1, 2)]  # the skip and the main-path edge it spans
+    again = s.evaluate(np.zeros(p.n - 1, dtype=bool))  # the repaired group again: the same steps, no explanation
+    assert again.steps == ev.steps and s.splitter.stats.explanations == 1
+    r = s.result("local", 0.0)
+    assert r.steps == ev.steps  # the best plan's steps come with the result
+
+
+def test_memoised_inner_splits_keep_their_steps_at_their_depth():
+    p = residual()
+    sp = Splitter(p, 70, oracle_explainer)  # tight: the block is split over several rounds
+    parts, _ok = sp.split_once(frozenset(range(5)))
+    trace = list(sp.last_trace)
+    assert trace[0].group == frozenset(range(5)) and trace[0].depth == 0
+    assert all(0 <= t.depth < sp.max_depth + 1 for t in trace)
+    assert all(t.group <= frozenset(range(5)) for t in trace)
+    for t in trace:
+        if t.depth:  # each deeper step splits a part of an earlier, shallower step
+            assert any(t.group in u.parts for u in trace if u.depth == t.depth - 1)
+    inner = next((t for t in trace if t.depth == 1), None)
+    if inner is not None:  # split again from the top: the memoised group brings its steps, at depth 0
+        sp.split_once(inner.group)
+        assert sp.last_trace[0].group == inner.group and sp.last_trace[0].depth == 0
+
+
+def test_fuse_writes_the_split_steps_and_keeps_the_old_keys():
+    from core.search.fusion import fuse
+    from core.search.fusion.fuse import SPLIT_STEPS_KEPT
+
+    p = residual()
+    plan = fuse(p.graph, 150, "lbdf", "random", "oracle", plans=30, seed=0)
+    d = plan.to_json()
+    for key in ("format", "version", "graph", "scheme", "buffer_bytes", "search", "explainer", "plans", "seed",
+                "metrics", "dram_bytes", "trivial_dram_bytes", "reduction", "latency_seconds",
+                "trivial_latency_seconds", "max_buffer_bytes", "unfused", "fused_groups", "groups", "splits",
+                "cache", "classifier", "seconds", "front"):
+        assert key in d
+    assert d["version"] == 1 and d["cancelled"] is False
+    assert len(d["split_steps"]) == min(d["split_steps_total"], SPLIT_STEPS_KEPT)
+    names = set(p.names)
+    for step in d["split_steps"]:
+        assert set(step) == {"ops", "buffer_bytes", "depth", "how", "explained", "cut", "parts"}
+        assert set(step["ops"]) <= names and step["buffer_bytes"] >= 150
+        assert all(u in step["ops"] and v in step["ops"] for u, v in step["explained"] + step["cut"])
+        assert sorted(o for x in step["parts"] for o in x["ops"]) == sorted(step["ops"])
+
+
+def test_a_cancelled_search_returns_its_best_plan_so_far():
+    import threading
+
+    from core.search.fusion import fuse
+
+    p = residual()
+    stop = threading.Event()
+    seen = []
+
+    def on_plan(n, best):
+        seen.append((n, best))
+        if n == 3:
+            stop.set()
+
+    for search in ("random", "local", "nsga2"):
+        seen.clear()
+        stop.clear()
+        plan = fuse(p.graph, 150, "lbdf", search, "oracle", plans=500, on_plan=on_plan, cancel=stop)
+        assert plan.cancelled and plan.plans < 500 and check_plan(p, [frozenset(p.names.index(o) for o in gr)
+                                                                         for gr in plan.groups]) == []
+        assert [n for n, _ in seen] == list(range(1, plan.plans + 1))
+        assert plan.dram == seen[-1][1]

@@ -15,7 +15,10 @@ Evaluating a genotype (one plan of the budget) decodes its groups, repairs each 
   crowding distance, on DRAM traffic and a second objective -- the number of groups, or the latency
   of the plan on the roofline with fused groups (``plan_latency``).
 
-All randomness comes from one seeded generator: a search is deterministic.
+All randomness comes from one seeded generator: a search is deterministic.  A plan keeps the split
+steps that made its repaired groups (``SplitStep``), so the best plan's come with the result; a
+search reports each evaluated plan to ``on_plan`` and stops early, with its best so far, when
+``cancel`` is set.
 """
 
 from __future__ import annotations
@@ -23,13 +26,14 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
 from ...cost.devices import get_device
 from ...cost.model import roofline
 from .problem import FusionProblem, Group
-from .split import Splitter
+from .split import SplitStep, Splitter
 
 SEARCHES = ("random", "local", "nsga2")
 SECOND_OBJECTIVES = ("groups", "latency")
@@ -77,6 +81,7 @@ class PlanEval:
     groups: list[Group]
     dram: float
     second: float
+    steps: list[SplitStep] = field(default_factory=list)  # the splits of its repaired groups, in order
 
 
 @dataclass
@@ -92,6 +97,8 @@ class SearchResult:
     seconds: float
     curve: list[float] = field(default_factory=list)  # best DRAM after each plan
     front: list[tuple[float, float]] = field(default_factory=list)
+    steps: list[SplitStep] = field(default_factory=list)  # the split steps behind the best plan's groups
+    cancelled: bool = False
 
     def best_at(self, budget: int) -> float:
         """Best DRAM after the first ``budget`` plans."""
@@ -102,7 +109,8 @@ class PlanSearch:
     """Evaluates genotypes against a plan budget; the three searches share it."""
 
     def __init__(self, problem: FusionProblem, beta: float, splitter: Splitter, budget: int, seed: int = 0,
-                 second: str = "groups", device: str = "rtx3090") -> None:
+                 second: str = "groups", device: str = "rtx3090",
+                 on_plan: Callable[[int, float], None] | None = None, cancel: Any = None) -> None:
         if second not in SECOND_OBJECTIVES:
             raise ValueError(f"unknown second objective {second!r}; known: {', '.join(SECOND_OBJECTIVES)}")
         self.p = problem
@@ -112,6 +120,8 @@ class PlanSearch:
         self.rng = np.random.default_rng(seed)
         self.second = second
         self.device = device
+        self.on_plan = on_plan  # (plans evaluated, best DRAM so far) after each plan
+        self.cancel = cancel  # an object with ``is_set()`` (a threading.Event): stop, keep the best
         n = problem.n
         self.forced = np.zeros(max(n - 1, 0), dtype=bool)
         for v in problem.unfusable(beta):
@@ -122,30 +132,39 @@ class PlanSearch:
         self.free = np.flatnonzero(~self.forced)
         self.curve: list[float] = []
         self.best: PlanEval | None = None
-        self._repaired: dict[Group, list[Group]] = {}
+        self._repaired: dict[Group, tuple[list[Group], list[SplitStep]]] = {}
+
+    def cancelled(self) -> bool:
+        return self.cancel is not None and self.cancel.is_set()
 
     def done(self) -> bool:
-        return len(self.curve) >= self.budget
+        return len(self.curve) >= self.budget or (bool(self.curve) and self.cancelled())
 
     def evaluate(self, cuts: np.ndarray) -> PlanEval:
         cuts = cuts | self.forced
         groups: list[Group] = []
+        steps: list[SplitStep] = []
         for gr in decode(self.p, cuts):
             if len(gr) == 1 or self.p.valid(gr, self.beta):  # valid, or unfixable alone
                 groups.append(gr)
             elif self.splitter.explainer is not None and gr in self._repaired:
-                groups += self._repaired[gr]
+                parts, trace = self._repaired[gr]
+                groups += parts
+                steps += trace
             else:
                 parts = self.splitter.repair(gr)
                 if self.splitter.explainer is not None:
-                    self._repaired[gr] = parts
+                    self._repaired[gr] = (parts, self.splitter.last_trace)
                 groups += parts
+                steps += self.splitter.last_trace
         dram = self.p.total_dram(groups)
         second = float(len(groups)) if self.second == "groups" else plan_latency(self.p, groups, self.device)
-        ev = PlanEval(groups, dram, second)
+        ev = PlanEval(groups, dram, second, steps)
         if self.best is None or dram < self.best.dram:
             self.best = ev
         self.curve.append(self.best.dram)
+        if self.on_plan is not None:
+            self.on_plan(len(self.curve), self.best.dram)
         return ev
 
     def random_genotype(self) -> np.ndarray:
@@ -156,7 +175,8 @@ class PlanSearch:
         assert self.best is not None
         return SearchResult(search, sorted(self.best.groups, key=min), self.best.dram,
                             self.p.total_dram(self.p.trivial()), len(self.curve), time.perf_counter() - t0,
-                            list(self.curve), front or [])
+                            list(self.curve), front or [], list(self.best.steps),
+                            self.cancelled() and len(self.curve) < self.budget)
 
 
 def random_search(s: PlanSearch) -> SearchResult:
@@ -292,7 +312,10 @@ SEARCH_FNS: dict[str, Callable[[PlanSearch], SearchResult]] = {
 
 
 def run_search(problem: FusionProblem, beta: float, search: str, splitter: Splitter, budget: int,
-               seed: int = 0, second: str = "groups") -> SearchResult:
+               seed: int = 0, second: str = "groups", on_plan: Callable[[int, float], None] | None = None,
+               cancel: Any = None) -> SearchResult:
+    """``search`` over at most ``budget`` plans (fewer when ``cancel`` is set: the best so far)."""
     if search not in SEARCH_FNS:
         raise ValueError(f"unknown search {search!r}; known: {', '.join(SEARCHES)}")
-    return SEARCH_FNS[search](PlanSearch(problem, beta, splitter, budget, seed, second))
+    return SEARCH_FNS[search](PlanSearch(problem, beta, splitter, budget, seed, second, on_plan=on_plan,
+                                         cancel=cancel))
