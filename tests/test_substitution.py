@@ -245,6 +245,17 @@ def test_substitutions_as_moptimizer_rules_exact_deltas_and_plan_replays():
 
     g = replay(case.g, plan.applications)
     case.verify_order(g, plan.order, "substituted plan")
+    # the app's rule steps: each substitution with the nodes it replaced and created, its latency
+    # before and after, and the imported ops it marks
+    from app.plan_store import build_steps
+
+    steps = build_steps(case.g, plan, "rtx3090", mo.order)
+    assert [s.rule for s in steps] == [a.rule for a in plan.applications]
+    merge = steps[2]
+    assert merge.rule == "merge_linear" and len(merge.removed) == 2 and len(merge.added) == 4
+    assert merge.latency[0] != merge.latency[1]
+    assert set(merge.marks.values()) == {"substitution"}
+    assert all(set(s.marks.values()) <= {"substitution"} for s in steps[:4])
 
 
 def test_app_marks_substituted_ops_apart_from_fission():
