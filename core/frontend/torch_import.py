@@ -475,13 +475,7 @@ def _convert(gm: torch.fx.GraphModule, sig: Any, training: bool, name: str,
             args = [conv(a) for a in n.args]
             kwargs = {k: conv(v) for k, v in n.kwargs.items()}
             outs = [_meta_of(v, TensorKind.ACTIVATION) for v in vals]
-            for j, src in enumerate(ops.output_aliases(op, len(outs))):
-                if src is not None and src < len(args):
-                    a = args[src]
-                    if isinstance(a, TRef):
-                        outs[j].alias = a
-                    elif isinstance(a, (list, tuple)) and a and isinstance(a[0], TRef):
-                        outs[j].alias = a[0]
+            ops.set_output_aliases(op, args, outs)
             refs = _refs(args, kwargs)
             for j, nbytes in enumerate(ops.output_storage_bytes(
                     op, args, kwargs, [g.tensor(r) for r in refs], outs,

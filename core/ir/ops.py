@@ -589,6 +589,18 @@ def output_aliases(op: str, n_outputs: int) -> tuple[int | None, ...]:
     return tuple(res)
 
 
+def set_output_aliases(op: str, args: list[Any], outs: list[TensorMeta]) -> None:
+    """Mark each output of ``op`` that shares an argument's storage (``output_aliases``) as a view
+    of that argument (of the first tensor of a list argument), in place."""
+    for j, src in enumerate(output_aliases(op, len(outs))):
+        if src is not None and src < len(args):
+            a = args[src]
+            if isinstance(a, TRef):
+                outs[j].alias = a
+            elif isinstance(a, (list, tuple)) and a and isinstance(a[0], TRef):
+                outs[j].alias = a[0]
+
+
 # Reductions whose eager kernels compute the unreduced result into the output and then resize it to
 # a scalar: resize never shrinks a storage, so the 0-dim result keeps the full broadcast size
 # (measured: mse_loss on a 4x8 float32 pair returns a scalar holding a 128-byte storage).

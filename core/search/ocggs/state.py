@@ -185,16 +185,21 @@ class Walk:
             (g.nodes[v].op, repr(map_refs(g.nodes[v].args, ref)), repr(map_refs(g.nodes[v].kwargs, ref)),
              tuple(t.shape for t in g.nodes[v].outputs)) for v in app.params[:n]))
 
-    def check(self, app: Application) -> bool:
-        """Whether ``app`` applies here (it may close a cycle); the graph is left as it was."""
+    def _trial(self, app: Application) -> float | None:
+        """Apply ``app`` and take it back: the cost change it makes, or None (refused: a cycle)."""
         rule = self.rules[app.rule]
         try:
             log = rule.apply(self.g, app)
         except RuleNotApplicable:
             self.stats.refused += 1
-            return False
+            return None
+        d = self.gc.delta(self.g, log)
         rule.inverse(self.g, log)
-        return True
+        return d
+
+    def check(self, app: Application) -> bool:
+        """Whether ``app`` applies here (it may close a cycle); the graph is left as it was."""
+        return self._trial(app) is not None
 
     def estimate(self, app: Application) -> float:
         """The cost after ``app`` from the change it made wherever the same match was applied before
@@ -203,29 +208,20 @@ class Walk:
         key = self.signature(app)
         d = self.deltas.get(key)
         if d is None:
-            rule = self.rules[app.rule]
-            try:
-                log = rule.apply(self.g, app)
-            except RuleNotApplicable:
-                self.stats.refused += 1
+            d = self._trial(app)
+            if d is None:
                 return math.inf
-            d = self.deltas[key] = self.gc.delta(self.g, log)
-            rule.inverse(self.g, log)
+            self.deltas[key] = d
         self.stats.states += 1
         return self.cost + d
 
     def try_cost(self, app: Application) -> float | None:
         """The cost after ``app`` (None if it does not apply), the graph left as it was."""
-        rule = self.rules[app.rule]
-        try:
-            log = rule.apply(self.g, app)
-        except RuleNotApplicable:
-            self.stats.refused += 1
+        d = self._trial(app)
+        if d is None:
             return None
-        c = self.cost + self.gc.delta(self.g, log)
-        rule.inverse(self.g, log)
         self.stats.states += 1
-        return c
+        return self.cost + d
 
     def fork(self) -> Walk:
         """An independent walk at this state (its own copy of the graph); it cannot pop below

@@ -491,13 +491,7 @@ def infer_outputs(g: Graph, op: str, args: list[Any], kwargs: dict[str, Any]) ->
         vals = list(out) if isinstance(out, (tuple, list)) else [out]
         shapes = _META_CACHE[key] = [(tuple(v.shape), str(v.dtype).removeprefix("torch.")) for v in vals]
     outs = [TensorMeta(s, d, TensorKind.ACTIVATION) for s, d in shapes]
-    for j, src in enumerate(ops.output_aliases(op, len(outs))):
-        if src is not None and src < len(args):
-            a = args[src]
-            if isinstance(a, TRef):
-                outs[j].alias = a
-            elif isinstance(a, (list, tuple)) and a and isinstance(a[0], TRef):
-                outs[j].alias = a[0]
+    ops.set_output_aliases(op, args, outs)  # as the importer sets them
     return outs
 
 
