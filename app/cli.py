@@ -462,19 +462,9 @@ def cmd_optimize(a: argparse.Namespace) -> dict[str, Any]:
         signal.signal(signal.SIGINT, old)
     save_plans(pf, a.output)
     base = pf.points[-1]
-    rows = [{"point": k, "method": p.method, "label": p.label, "peak_bytes": p.peak, "latency_seconds": p.latency,
-             "peak_ratio": p.peak / base.peak if base.peak else 1.0,
-             "latency_ratio": p.latency / base.latency if base.latency else 1.0,
-             "applications": len(p.applications)} for k, p in enumerate(pf.points)]
-    res = {"output": str(a.output), "points": rows, "meta": pf.meta}
-    if a.json:
-        print(json.dumps(res, indent=1))
-    else:
-        print(f"wrote {a.output}: {len(rows)} point(s) ({pf.meta['stopped']}, {pf.meta['states']} states)")
-        for r in rows:
-            print(f"  [{r['point']}] {r['method']:6s} peak {format_bytes(r['peak_bytes'])} ({r['peak_ratio']:.3f}x)  "
-                  f"latency {r['latency_seconds'] * 1e3:.2f} ms ({r['latency_ratio']:.3f}x)  "
-                  f"{plural(r['applications'], 'rule application')}  {r['label']}")
+    res = _report_points(a, pf, f"({pf.meta['stopped']}, {pf.meta['states']} states)")
+    rows = res["points"]
+    if not a.json:
         floor, by_kind = resident_floor(g)
         note = floor_note(pf.points[0].peak, floor, by_kind, base.peak)
         if note:
@@ -485,6 +475,26 @@ def cmd_optimize(a: argparse.Namespace) -> dict[str, Any]:
             raise LimitNotReached(f"no plan reaches the memory limit {format_bytes(limit)}: the best peak "
                                   f"found is {format_bytes(pf.points[0].peak)} ({rows[0]['peak_ratio']:.3f}x); "
                                   f"its plan is point 0 of {a.output}")
+    return res
+
+
+def _report_points(a: argparse.Namespace, pf, note: str = "") -> dict[str, Any]:
+    """``magis optimize``'s result: a row per point of the written plan file (ratios against its last
+    point, PyTorch's eager order), printed as JSON or as lines."""
+    base = pf.points[-1]
+    rows = [{"point": k, "method": p.method, "label": p.label, "peak_bytes": p.peak, "latency_seconds": p.latency,
+             "peak_ratio": p.peak / base.peak if base.peak else 1.0,
+             "latency_ratio": p.latency / base.latency if base.latency else 1.0,
+             "applications": len(p.applications)} for k, p in enumerate(pf.points)]
+    res = {"output": str(a.output), "points": rows, "meta": pf.meta}
+    if a.json:
+        print(json.dumps(res, indent=1))
+    else:
+        print(f"wrote {a.output}: {len(rows)} point(s){' ' + note if note else ''}")
+        for r in rows:
+            print(f"  [{r['point']}] {r['method']:6s} peak {format_bytes(r['peak_bytes'])} ({r['peak_ratio']:.3f}x)  "
+                  f"latency {r['latency_seconds'] * 1e3:.2f} ms ({r['latency_ratio']:.3f}x)  "
+                  f"{plural(r['applications'], 'rule application')}  {r['label']}")
     return res
 
 
@@ -512,20 +522,7 @@ def _optimize_with(a: argparse.Namespace, g, cost, device: str, memory) -> dict[
     pf = PlanFile(g.name, graph_hash(g), device, points, [], {"method": name, "limit_bytes": limit,
                                                            "seconds": round(run.seconds, 3)})
     save_plans(pf, a.output)
-    base = points[-1]
-    rows = [{"point": k, "method": p.method, "label": p.label, "peak_bytes": p.peak, "latency_seconds": p.latency,
-             "peak_ratio": p.peak / base.peak if base.peak else 1.0,
-             "latency_ratio": p.latency / base.latency if base.latency else 1.0,
-             "applications": len(p.applications)} for k, p in enumerate(points)]
-    res = {"output": str(a.output), "points": rows, "meta": pf.meta}
-    if a.json:
-        print(json.dumps(res, indent=1))
-    else:
-        print(f"wrote {a.output}: {len(rows)} point(s)")
-        for r in rows:
-            print(f"  [{r['point']}] {r['method']:6s} peak {format_bytes(r['peak_bytes'])} ({r['peak_ratio']:.3f}x)  "
-                  f"latency {r['latency_seconds'] * 1e3:.2f} ms ({r['latency_ratio']:.3f}x)  "
-                  f"{plural(r['applications'], 'rule application')}  {r['label']}")
+    res = _report_points(a, pf)
     if points[0].peak > limit:
         raise LimitNotReached(f"no plan reaches the memory limit {format_bytes(limit)}: the best peak found is "
                               f"{format_bytes(points[0].peak)}; its plan is point 0 of {a.output}")

@@ -152,4 +152,4 @@ def test_budget_stops_an_exact_search_and_says_so():
     torch.manual_seed(0)
     g = capture(random_module(3), (torch.randn(1, 8, 6, 6),), training=False, name="r")
     r = search(g, "enu", max_steps=8, time_budget=0.05, rules=["add_comm", "cse_relu", "add_assoc"])
-    assert not r.complete and r.seconds < 5
+    assert not r.complete and r.seconds >= 0.05  # it ran until the budget was spent, then stopped

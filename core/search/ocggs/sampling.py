@@ -89,7 +89,6 @@ def _potential(c: Cand, budget: Budget, eps: float) -> float:
 def sampling(walk: Walk, max_steps: int, time_budget: float | None, *, q: int = Q, eta: int = ETA) -> SubstResult:
     budget = Budget(time_budget)
     eps = 1e-12
-    walk.run = 0
     best_cost, best_seq = walk.cost, []
     level: list[Walk] = [walk]
     half = max(1, q // 2)
@@ -110,7 +109,7 @@ def sampling(walk: Walk, max_steps: int, time_budget: float | None, *, q: int = 
         tmp: list[Cand] = []
         for w in level:
             if w.depth < max_steps:
-                tmp.extend(_children(w, getattr(w, "run", 0), budget, eps))
+                tmp.extend(_children(w, w.run, budget, eps))
         for c in sorted(tmp, key=lambda c: c.cost):
             if c.cost >= best_cost - eps:
                 break

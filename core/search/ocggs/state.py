@@ -20,7 +20,7 @@ ops' times, node labels and keys, and the matches of a state kept up to date fro
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from ...cost.model import CostModel
@@ -120,6 +120,7 @@ class Walk:
     steps: list[Step] = field(default_factory=list)
     labels: dict[int, Label] = field(default_factory=dict)
     deltas: dict[tuple, float] = field(default_factory=dict)  # ``signature`` -> cost change (shared by forks)
+    run: int = 0  # Sampling: the successive cost increases the sequence ends with
     _matches: list[list[Application]] = field(default_factory=list)
 
     def __post_init__(self) -> None:
@@ -233,6 +234,7 @@ class Walk:
         w._matches = [self._matches[-1]]
         w.cost, w.root_cost, w.deltas = self.cost, self.root_cost, self.deltas
         w.floor = len(self.steps)
+        w.run = self.run
         return w
 
     def pop(self) -> Step:
@@ -291,8 +293,4 @@ class Walk:
         return sorted(fresh + kept, key=lambda a: (a.rule, a.params))
 
 
-def labels_of(walk: Walk, ids: Sequence[int]) -> list[Label]:
-    return [walk.labels[v] for v in ids]
-
-
-__all__ = ["DEFAULT_EXCLUDE", "GraphCost", "Label", "Stats", "Step", "Walk", "labels_of", "search_rules"]
+__all__ = ["DEFAULT_EXCLUDE", "GraphCost", "Label", "Stats", "Step", "Walk", "search_rules"]
