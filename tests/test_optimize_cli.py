@@ -16,6 +16,17 @@ from sample_graphs.store import load_sample_graph
 from tests.workload_cases import TINY, Case
 
 
+def test_optimize_with_another_method_at_a_memory_limit(tmp_path, capsys):
+    """``--method odswap --memory-limit 0.8``: the method's point under the limit, then eager's."""
+    out = tmp_path / "od.json"
+    assert main(["optimize", "bert_tiny", "--method", "odswap", "--memory-limit", "0.8", "--time-budget", "5",
+                 "-o", str(out), "--json"]) == 0
+    res = json.loads(capsys.readouterr().out)
+    assert [p["method"] for p in res["points"]] == ["odswap", "eager"]
+    assert res["points"][0]["peak_ratio"] <= 0.8 and res["points"][1]["peak_ratio"] == 1.0
+    assert [p.method for p in load_plans(out).points] == ["odswap", "eager"]
+
+
 def test_optimize_export_and_verify_a_plan(tmp_path, capsys):
     out = tmp_path / "p.json.gz"
     assert main(["optimize", "bert_tiny", "--latency-limit", "1.1", "--time-budget", "4", "-o", str(out),
