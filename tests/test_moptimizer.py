@@ -315,3 +315,19 @@ def test_batch_fission_plans_reproduce_eager_pytorch():
         h = replay(case.g, plan.applications)
         case.verify_order(h, plan.order, f"batch fission at depth {c.parent.depth}")
     assert case.checked == 2
+
+
+def test_spaced_first_takes_the_spaced_states_first_then_the_rest_in_order():
+    from core.search.moptimizer import spaced_first
+
+    assert spaced_first(9, 3) == [0, 4, 8, 1, 2, 3, 5, 6, 7]
+    assert spaced_first(5, 24) == [0, 1, 2, 3, 4]
+    assert spaced_first(0, 24) == [] and spaced_first(1, 24) == [0]
+    for n in range(2, 80):
+        for first in (1, 2, 3, 7, 24):
+            order = spaced_first(n, first)
+            assert sorted(order) == list(range(n))  # each state once
+            k = len(set(round(i * (n - 1) / (max(first, 2) - 1)) for i in range(max(first, 2)))) if n > first else n
+            head, rest = order[:k], order[k:]
+            assert head[0] == 0 and (n - 1) in head and head == sorted(head)  # both ends in the first pass
+            assert rest == sorted(rest)
