@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 from core.ir.builder import GraphBuilder
 from core.search.fusion.explain import oracle_explainer, random_explainer
 from core.search.fusion.problem import FusionProblem, check_plan
-from core.search.fusion.search import decode, run_search
+from core.search.fusion.search import PlanSearch, decode, run_search
 from core.search.fusion.split import UNFIXABLE, Splitter, candidate_cuts
 
 
@@ -178,7 +178,11 @@ def test_searches_are_deterministic_valid_and_never_worse_than_trivial():
             a, b = results
             assert a.groups == b.groups and a.curve == b.curve
             assert check_plan(p, a.groups) == [] and all(p.valid(x, 150) for x in a.groups)
-            assert a.dram <= a.trivial_dram and a.plans == 40
+            # a guided local search evaluates a genotype once: on this 5-op block it runs out of
+            # plans (2^free of them) before the budget
+            free = len(PlanSearch(p, 150, Splitter(p, 150), 40).free)
+            plans = min(40, 2 ** free) if search == "local" and explainer is not None else 40
+            assert a.dram <= a.trivial_dram and a.plans == plans
             assert all(x >= y for x, y in zip(a.curve, a.curve[1:], strict=False))
 
 

@@ -196,6 +196,17 @@ def test_planner_belady_never_the_current_op_clean_drop():
         assert at < min(u for u in p.t_users[t] if u > at)
 
 
+def test_planner_takes_no_more_objects_than_a_class_has_tensors():
+    """A count can reach capacity / a tiny object (the GA's crossover fills capacity): the planner
+    holds one object per tensor at most -- a billion-object class plans as one with five, in the
+    same plan (bert_base's GA once asked for 3e9 four-byte objects and ran out of memory)."""
+    p = hand_problem()
+    plenty = plan_swaps(p, list(range(9)), Allocation((1,), (0,), (5,)))
+    huge = plan_swaps(p, list(range(9)), Allocation((1,), (0,), (10**9,)))
+    assert huge.feasible and (huge.time, huge.stores, huge.loads) == (plenty.time, plenty.stores, plenty.loads)
+    assert huge.stores == [] and huge.loads == []  # every tensor has its own object: no swap
+
+
 def test_planner_prefers_a_victim_whose_swap_out_fits_in_the_gap():
     """op2 must evict A or B: B's next use (op7) is later than A's (op6), but B was used by op1 only
     0.1 ms of compute ago and its swap-out takes 0.5 ms; A, idle since op0 (op1 is 10 ms), is taken."""

@@ -346,8 +346,14 @@ def plan_swaps(p: SwapProblem, schedule: Sequence[int], alloc: Allocation | None
         lru: OrderedDict[int, None] = OrderedDict()
     else:
         cls_of = [-1 if pin else alloc.class_of(b) for b, pin in zip(p.t_bytes, p.t_pinned, strict=True)]
-        # free objects of each class as (release pos, store, object); the first taken is the last
-        free: list[list[tuple[int, int, int]]] = [[(-1, -1, j) for j in reversed(range(c))] for c in alloc.cnt]
+        # free objects of each class as (release pos, store, object); the first taken is the last.  No
+        # class needs more objects than it has tensors (a count can reach capacity / a 4-byte object)
+        members = [0] * len(alloc.cnt)
+        for c in cls_of:
+            if c >= 0:
+                members[c] += 1
+        free: list[list[tuple[int, int, int]]] = [[(-1, -1, j) for j in reversed(range(min(c, m)))]
+                                                  for c, m in zip(alloc.cnt, members, strict=True)]
         residents: list[set[int]] = [set() for _ in alloc.cnt]
     obj_of: dict[int, int] = {}  # pool tensor on the device -> its object
     opened: dict[int, tuple[int, int, tuple[str, int]]] = {}  # tensor -> (object, first position, start entry)

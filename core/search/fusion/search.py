@@ -10,7 +10,8 @@ Evaluating a genotype (one plan of the budget) decodes its groups, repairs each 
 
 * random search: independent genotypes, each boundary cut with a probability drawn per plan;
 * local search: the best 10 plans kept; each step flips one boundary of one of them (a one-edit
-  mutation: merge two neighbouring segments, or split one) and keeps the child if it enters the 10;
+  mutation: merge two neighbouring segments, or split one) and keeps the child if it enters the 10
+  (under a guided, deterministic repair a genotype is evaluated once);
 * NSGA-II (Deb et al. 2002): two-point crossover and bit-flip mutation, non-dominated sorting with
   crowding distance, on DRAM traffic and a second objective -- the number of groups, or the latency
   of the plan on the roofline with fused groups (``plan_latency``).
@@ -190,11 +191,16 @@ def random_search(s: PlanSearch) -> SearchResult:
 def local_search(s: PlanSearch, keep: int = 10) -> SearchResult:
     t0 = time.perf_counter()
     pool: list[tuple[float, bytes, np.ndarray]] = []
+    # a guided repair is deterministic (memoised per group): a genotype seen before would give the
+    # same plan again, so it is not evaluated again; a random split gives a new plan each time
+    seen: set[bytes] | None = set() if s.splitter.explainer is not None else None
 
     def offer(cuts: np.ndarray) -> None:
         key = cuts.tobytes()
-        if any(k == key for _, k, _ in pool):
+        if any(k == key for _, k, _ in pool) or (seen is not None and key in seen):
             return
+        if seen is not None:
+            seen.add(key)
         ev = s.evaluate(cuts)
         if len(pool) < keep or ev.dram < pool[-1][0]:
             pool.append((ev.dram, key, cuts))
@@ -204,7 +210,7 @@ def local_search(s: PlanSearch, keep: int = 10) -> SearchResult:
     offer(np.ones(len(s.forced), dtype=bool))
     while len(pool) < keep and not s.done():
         offer(s.random_genotype())
-    misses = 0
+    misses = restarts = 0
     while not s.done() and len(s.free):
         parent = pool[int(s.rng.integers(len(pool)))][2]
         child = parent.copy()
@@ -215,6 +221,9 @@ def local_search(s: PlanSearch, keep: int = 10) -> SearchResult:
         misses = misses + 1 if len(s.curve) == before else 0
         if misses > 100 * keep:  # every one-edit neighbour of the pool was seen: restart one slot
             offer(s.random_genotype())
+            restarts = restarts + 1 if len(s.curve) == before else 0
+            if restarts > 10:  # a small graph whose every plan was evaluated: done
+                break
             misses = 0
     return s.result("local", t0)
 
