@@ -171,9 +171,22 @@ def plan_marks(imported: Graph, g: Graph, origin: dict[int, int],
     for n in imported.ops():
         if n.id not in g.nodes:
             marks[n.id] = "substitution" if n.id in substituted else "fission"
+    on_load: dict[int, bool] = {}
+
+    def remade_on_load(nid: int) -> bool:
+        """A copied view of a LOAD, or of such a copy (SwapLate makes a swapped tensor's views again on
+        its LOAD: views compute nothing, so the copies are part of the swap, not a recomputation)."""
+        if nid not in on_load:
+            view = any(t.alias is not None for t in g.nodes[nid].outputs)
+            on_load[nid] = view and any(g.nodes[p].kind == NodeKind.LOAD
+                                        or (g.nodes[p].recompute_of is not None and remade_on_load(p))
+                                        for p in g.preds(nid))
+        return on_load[nid]
+
     for n in g.nodes.values():
         if n.recompute_of is not None and n.id in origin:
-            marks.setdefault(origin[n.id], "remat")
+            if not remade_on_load(n.id):
+                marks.setdefault(origin[n.id], "remat")
         elif n.kind == NodeKind.STORE and n.id in origin:
             marks[origin[n.id]] = "swap"
     return marks

@@ -141,6 +141,41 @@ def test_origins_follow_recompute_chains_and_copies(fig6):
     assert plan_marks(g, g2, org) == {app.params[0]: "remat"}
 
 
+def test_views_remade_on_a_load_are_marked_swapped_not_recomputed():
+    """SwapLate makes a swapped tensor's early view again on its LOAD; the original view stays where
+    a reader before the peak reads it, so the copy has ``recompute_of`` -- but a view computes
+    nothing: the plan marks ``a`` swapped and recomputes nothing.  A real recomputation of an op
+    that reads a LOAD is still a recomputation."""
+    from core.ir.builder import GraphBuilder
+    from core.ir.graph import TRef
+    from core.transform.registry import RULES
+    from core.transform.remat import recomputed_copy
+
+    b = GraphBuilder("late_view")
+    x = b.input("x", 100)
+    a = b.op("a", [x], 1000)
+    v = b.op("v", [a], 0, view_of=a)
+    c = b.op("c", [v], 20)  # reads the view before the peak: the original view stays
+    big = b.op("big", [c], 2000)
+    d = b.op("d", [big], 10)
+    e = b.op("e", [d, a], 10)
+    b.op("f", [e, v], 10, output=True)
+    g = b.graph
+    ids = {n.name: n.id for n in g}
+    g2 = g.copy()
+    RULES["swap_late"].apply(g2, Application("swap_late", (ids["a"], 0, 2, ids["e"], ids["f"], ids["v"])))
+    (v2,) = [n for n in g2.nodes.values() if n.recompute_of == ids["v"]]
+    assert ids["v"] in g2.nodes and g2.nodes[v2.id].outputs[0].alias is not None
+    assert plan_marks(g, g2, origins(g, g2)) == {ids["a"]: "swap"}
+    # an op (not a view) copied to read the loaded tensor is recomputed
+    (load,) = [n for n in g2.nodes.values() if n.op == "load"]
+    h = g2.copy()
+    dup = recomputed_copy(h, ids["e"])
+    h.replace_input(ids["f"], TRef(ids["e"], 0), TRef(dup.id, 0))
+    assert load.id in h.preds(dup.id)
+    assert plan_marks(g, h, origins(g, h)) == {ids["a"]: "swap", ids["e"]: "remat"}
+
+
 def test_rule_steps_end_where_the_plan_ends(fig6):
     g, m = fig6
     apps = [a for a in m.ev.rules["ftree"].match(m.ev.g, []) if a.rule == "fission"][:1]
