@@ -13,8 +13,9 @@ removes it from the explanation subgraph.
 Training data: groups sampled from the problems' graphs (random windows of the topological order,
 their weakly connected components) with beta drawn log-uniformly in [32 KiB, 2 MiB] or near the group's own need, labelled by
 F_beta; 20% are held out and the model's held-out accuracy is reported.  Training (6,000 groups, 40
-epochs of Adam under a one-cycle learning-rate schedule) takes about a minute on one CPU core; the weights are cached on disk (``$MAGIS_CACHE`` or ``~/.cache/magis``, ``fusion/``) keyed by
-the graphs, the scheme and the settings, so a graph trains once.
+epochs of Adam under a one-cycle learning-rate schedule) takes about a minute on one CPU core; the
+weights are cached on disk (``$MAGIS_CACHE`` or ``~/.cache/magis``, ``fusion/``) keyed by the graphs,
+the scheme and the settings, so a graph trains once.
 """
 
 from __future__ import annotations
