@@ -197,10 +197,12 @@ def local_search(s: PlanSearch, keep: int = 10) -> SearchResult:
 
     def offer(cuts: np.ndarray) -> None:
         key = cuts.tobytes()
-        if any(k == key for _, k, _ in pool) or (seen is not None and key in seen):
-            return
-        if seen is not None:
+        if seen is not None:  # the pool's genotypes are among those seen
+            if key in seen:
+                return
             seen.add(key)
+        elif any(k == key for _, k, _ in pool):
+            return
         ev = s.evaluate(cuts)
         if len(pool) < keep or ev.dram < pool[-1][0]:
             pool.append((ev.dram, key, cuts))
