@@ -1,19 +1,21 @@
 """SwapAdvisor against on-demand swapping, MAGIS and DTR far below the eager peak (issue 30): the seven
-paper-size training steps at memory limits of 1/2, 1/4 and 1/8 of PyTorch's eager peak, on one device
-profile (RTX 3090 by default), throughput as a fraction of the ideal (unbounded memory, no swapping:
-every op back to back).
+paper-size training steps at memory limits of 1/2, 1/4, 1/8 and 1/12 of PyTorch's eager peak, on one
+device profile (RTX 3090 by default), throughput as a fraction of the ideal (unbounded memory, no
+swapping: every op back to back).
 
 Per (workload, limit) and method: the fraction ideal latency / latency of the method's plan when its
 simulated peak is within the limit ("-" and the reason below the table when there is none), and the
 search time.  SwapAdvisor (``--budget`` seconds per limit, its GA stops earlier after 40 generations
 without a better chromosome) and ODSwap (LRU, on demand) are timed on three streams; MAGIS
 (``moptimizer.optimize`` with the limit, ``--magis-budget`` seconds, all its rules) and DTR (one
-budget equal to the limit) on the project's simulator as they report.  Also per cell: SwapAdvisor's
+budget equal to the limit) on the project's simulator as they report.  MAGIS + planner
+(``search.magis_pool``: MAGIS's frontier states swapped by SwapAdvisor's planner and GA) runs once
+per workload for every limit, with ``--magis-budget`` seconds per limit.  Also per cell: SwapAdvisor's
 pool (residents and pinned tensors included), the host memory its swapped tensors need, and its
 lower bound max(compute, swap bytes / bandwidth) as a fraction of ideal throughput.  Every number is a prediction of the analytic cost
 model; nothing here ran on a GPU.
 
-    python bench/swapadvisor.py [--workloads bert_base,...] [--fractions 2,4,8] [--device rtx3090]
+    python bench/swapadvisor.py [--workloads bert_base,...] [--fractions 2,4,8,12] [--device rtx3090]
                                 [--budget 30] [--magis-budget 30] [--json bench/results/swapadvisor.json]
     python bench/swapadvisor.py --merge A.json B.json [--json ...]   (subsets run side by side: one table)
     --skip WORKLOAD:METHOD:1/D:WHY   a cell not run (its reason in the notes)
@@ -38,7 +40,7 @@ from core.search.peers.dtr import DTRSim  # noqa: E402
 from sample_graphs.store import load_sample_graph  # noqa: E402
 
 PAPER = ["bert_base", "vit_base", "gpt_neo_1_3b", "btlm_3b", "resnet50", "unet", "unetpp"]
-METHODS = ["swapadvisor", "odswap", "magis", "dtr"]
+METHODS = ["swapadvisor", "odswap", "magis", "magis_pool", "dtr"]
 GIB = 1 << 30
 
 
@@ -83,6 +85,31 @@ def cell(name: str, method: str, g, cost, limit: int, ideal: float, budget: floa
     return out
 
 
+def pool_cells(name: str, g, cost, peak: int, fractions: list[float], ideal: float, budget: float, say) -> dict:
+    """MAGIS with SwapAdvisor's planner: one run for every limit (its Pareto sweep is shared), with the
+    budget of one MAGIS run per limit; per fraction its cell."""
+    t0 = time.perf_counter()
+    run = run_method("magis_pool", g, cost, time_budget=budget * len(fractions), fractions=fractions)
+    seconds = round((time.perf_counter() - t0) / len(fractions), 2)
+    by_label = {p.label: p for p in run.plans}
+    why = {f.label: f.reason for f in run.failures}
+    out = {}
+    for d in fractions:
+        label, limit = f"limit 1/{d:g} of eager", int(peak / d)
+        c: dict = {"method": "magis_pool", "seconds": seconds}
+        p = by_label.get(label)
+        if p is not None and p.peak <= limit:
+            c.update({"peak": p.peak, "latency": p.latency, "throughput": ideal / p.latency, "label": p.label,
+                      "base": p.stats.get("base_label"), "planner": p.stats.get("planner"),
+                      "swap_ins": p.stats.get("swap_ins", 0)})
+        else:
+            c["failures"] = [why.get(label, "no plan")]
+        say(f"  {name} magis_pool   {format_bytes(limit):>10s}: "
+            + (f"{c['throughput']:.3f} of ideal" if "throughput" in c else "no plan within the limit"))
+        out[d] = c
+    return out
+
+
 def run(workloads: list[str], fractions: list[float], device: str, budget: float, magis_budget: float,
         say=print, save=None, skip: dict[tuple[str, str, str], str] | None = None,
         methods: list[str] | None = None) -> dict:
@@ -96,11 +123,13 @@ def run(workloads: list[str], fractions: list[float], device: str, budget: float
         peak = eager_peak(g, cost)
         ideal = run_method("ideal", g, cost).plans[0].latency
         say(f"{name}: {len(g)} nodes, eager peak {format_bytes(peak)}, ideal {ideal * 1e3:.2f} ms")
+        pooled = pool_cells(name, g, cost, peak, fractions, ideal, magis_budget, say) if "magis_pool" in methods else {}
         for d in fractions:
             limit = int(peak / d)
             why = {m: (skip or {}).get((name, m, f"1/{d:g}")) or (None if m in methods else "not asked for (--methods)")
                    for m in METHODS}
             cells = {m: {"method": m, "failures": [f"not run: {why[m]}"], "seconds": 0.0} if why[m] else
+                     pooled[d] if m == "magis_pool" else
                      cell(name, m, g, cost, limit, ideal, magis_budget if m == "magis" else budget, say)
                      for m in METHODS}
             rows.append({"workload": name, "fraction": f"1/{d:g}", "limit": limit, "eager_peak": peak,
@@ -115,9 +144,9 @@ def fmt(c: dict) -> str:
 
 
 def table(res: dict) -> str:
-    head = ("| workload | limit | SwapAdvisor | ODSwap | MAGIS | DTR | SA / ODSwap | SA bound | SA pool | "
-            "SA host | SA search s |")
-    lines = [head, "|" + "---|" * 11]
+    head = ("| workload | limit | SwapAdvisor | ODSwap | MAGIS | MAGIS + planner | DTR | SA / ODSwap | SA bound | "
+            "SA pool | SA host | SA search s |")
+    lines = [head, "|" + "---|" * 12]
     for r in res["rows"]:
         c = r["cells"]
         sa, od = c["swapadvisor"], c["odswap"]
@@ -126,7 +155,7 @@ def table(res: dict) -> str:
         pool = format_bytes(sa["pool_bytes"]) if "pool_bytes" in sa else "-"
         host = format_bytes(sa["host_bytes"]) if "host_bytes" in sa else "-"
         lines.append(f"| {r['workload']} | {r['fraction']} ({format_bytes(r['limit'])}) | {fmt(sa)} | {fmt(od)} | "
-                     f"{fmt(c['magis'])} | {fmt(c['dtr'])} | {ratio} | {bound} | {pool} | {host} | "
+                     f"{fmt(c['magis'])} | {fmt(c.get('magis_pool', {}))} | {fmt(c['dtr'])} | {ratio} | {bound} | {pool} | {host} | "
                      f"{sa.get('search_seconds', sa['seconds'])} |")
     return "\n".join(lines)
 
@@ -154,12 +183,12 @@ def notes(res: dict) -> list[str]:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--workloads", default=",".join(PAPER))
-    ap.add_argument("--fractions", default="2,4,8", help="memory limits as 1/d of the eager peak")
+    ap.add_argument("--fractions", default="2,4,8,12", help="memory limits as 1/d of the eager peak")
     ap.add_argument("--device", default="rtx3090")
     ap.add_argument("--budget", type=float, default=30.0, help="SwapAdvisor's (and DTR's) seconds per limit")
     ap.add_argument("--magis-budget", type=float, default=30.0, help="MAGIS's seconds per limit")
     ap.add_argument("--json", type=Path, default=ROOT / "bench" / "results" / "swapadvisor.json")
-    ap.add_argument("--methods", default=",".join(METHODS), help="a subset of the four methods")
+    ap.add_argument("--methods", default=",".join(METHODS), help="a subset of the five methods")
     ap.add_argument("--skip", action="append", default=[], metavar="WORKLOAD:METHOD:1/D:WHY",
                     help="a cell not to run, and why (repeatable)")
     ap.add_argument("--merge", nargs="+", type=Path, default=None, metavar="JSON",

@@ -83,10 +83,12 @@ class SwapProblem:
     op_view: list[bool] = field(default_factory=list)  # an op that only makes views (no bytes of its own)
 
     @classmethod
-    def from_graph(cls, g: Graph, cost: CostModel) -> SwapProblem:
+    def from_graph(cls, g: Graph, cost: CostModel, order: Sequence[int] | None = None) -> SwapProblem:
+        """The problem of ``g`` with its ops in ``order`` (default: the traced order), which is the
+        GA's first schedule and the op indices' order."""
         from .baselines import TracedOrder
 
-        order = TracedOrder().order(g)
+        order = list(order) if order is not None else TracedOrder().order(g)
         index = {v: i for i, v in enumerate(order)}
         time = [cost.node_time(g, g.nodes[v]) for v in order]
         preds = [[index[p] for p in g.preds(v) if p in index] for v in order]

@@ -22,6 +22,7 @@ from ..simulate import simulate
 from .peers import DTR, Checkmate, Eager, Microbatch, MicrobatchCkpt, Offload, OffloadCkpt, SqrtN, TorchMinCut
 from .peers.base import Method, MethodRun, Progress
 from .peers.common import Failure
+from .magis_pool import MagisPool
 from .peers.swapadvisor import Ideal, ODSwap, SwapAdvisor
 from .plan import Plan
 
@@ -102,7 +103,7 @@ for _m in (Magis(), Eager(), Microbatch(), Offload(), MicrobatchCkpt(), OffloadC
                      max_nodes=800),
            Scheduled("hmcos", "HMCOS", "#be185d", "pentagon", "Wang et al. 2022, HMCOS (DAC)", max_nodes=5000)):
     register_method(_m)
-for _m in (SwapAdvisor(), ODSwap(), Ideal()):  # SwapAdvisor and its baselines (issue 30)
+for _m in (SwapAdvisor(), ODSwap(), Ideal(), MagisPool()):  # SwapAdvisor, its baselines, MAGIS with its planner
     register_method(_m)
 
 PEER_FAMILIES = ("peer", "baseline")

@@ -40,7 +40,7 @@ from ...schedule.swap_planner import (
     realise,
 )
 from ...simulate import simulate
-from ..plan import Plan, PlanError
+from ..plan import Plan, PlanError, replay
 from ..swapadvisor import SwapAdvisorGA, is_topological
 from .base import Method, eager_peak
 from .common import Failure, traced_order
@@ -146,7 +146,13 @@ def pool_occupancy(g: Graph, plan: Plan, cost: CostModel) -> PoolOccupancy:
     carries no allocation, or the planner does not give the plan back (another cost model, another
     graph)."""
     alloc = _allocation_of(plan)
-    p = SwapProblem.from_graph(g, cost)
+    base = plan.stats.get("base_steps")
+    if base:  # MAGIS with the planner (``search.magis_pool``): the pool holds the tensors of the base's graph
+        g = replay(g, plan.applications[:base])
+        order = [v for v in plan.stats.get("schedule", []) if v in g.nodes]
+        p = SwapProblem.from_graph(g, cost, order if len(order) == len(g.ops()) else None)
+    else:
+        p = SwapProblem.from_graph(g, cost)
     if alloc.sizes != p.pool_sizes():
         raise PlanError("the plan's pool is not of this graph's tensor sizes")
     sp = plan_swaps(p, _schedule_of(p, plan), alloc, stays=True)

@@ -1,0 +1,171 @@
+"""MAGIS with SwapAdvisor's planner: a memory limit far below what graph transformation alone reaches.
+
+MAGIS's own Swap rules move one tensor per application, so its search reaches down to about a third
+of a paper workload's peak and no further.  SwapAdvisor (``search.swapadvisor``) swaps whole pools
+but cannot make an op's working set smaller: below the largest op's inputs and outputs no swap plan
+exists.  Here the two meet.  The M-Optimizer's Pareto sweep runs first (``POOL_SHARE`` of the
+budget is left for what follows); each of its frontier states without swaps of its own whose
+peak is above the limit is a *base*: its graph (fission and remat applied) in its schedule is a
+``SwapProblem``, and the planner swaps its tensors through a memory pool.
+
+Per memory limit, every base whose working set fits gets the planner once with a one-class-per-size
+pool (counts in proportion to bytes) and once on demand (LRU over a byte pool); the bases with the
+best times then get SwapAdvisor's GA (schedule and pool), its first schedule MAGIS's.  The answer
+is the fastest plan within the limit: a frontier state that already meets it, or a base with its
+swaps.  Swaps are timed on SwapAdvisor's three streams (``plan.sim_options``), and the plan is the
+base's applications followed by one ``SwapLate`` per swapped tensor, so it replays, exports and
+verifies like any other plan.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from ..cost.model import CostModel
+from ..fmt import format_bytes
+from ..ir.graph import Graph, NodeKind
+from ..schedule.swap_planner import InfeasibleLimit, SwapPlan, SwapProblem, plan_swaps
+from .peers.base import Method
+from .peers.common import Failure
+from .peers.swapadvisor import FRACTIONS, limits_of, plan_of
+from .plan import Plan, replay
+from .swapadvisor import SwapAdvisorGA, allocation_of
+
+POOL_SHARE = 0.5  # of the budget: the planner and the GA on MAGIS's bases (the rest: the Pareto sweep)
+BASES = 16  # frontier states tried with the planner per limit (evenly spaced by peak)
+GA_BASES = 2  # of them, the fastest get the GA
+
+
+@dataclass
+class Base:
+    """A frontier state as a swap problem: its plan, its graph and the problem in its schedule."""
+
+    plan: Plan
+    graph: Graph
+    problem: SwapProblem
+
+
+def swap_free(plan: Plan, g: Graph) -> bool:
+    """No swap of MAGIS's own in the plan's graph (SwapAdvisor's planner does the swapping)."""
+    return not any(n.kind in (NodeKind.STORE, NodeKind.LOAD) for n in g.nodes.values())
+
+
+def spaced(items: Sequence, k: int) -> list:
+    """At most ``k`` of ``items``, evenly spaced, the first and the last among them."""
+    n = len(items)
+    if n <= k:
+        return list(items)
+    return [items[round(i * (n - 1) / (k - 1))] for i in range(k)] if k > 1 else [items[0]]
+
+
+def bases_of(g: Graph, frontier: Sequence[Plan], cost: CostModel, swaps: bool = True) -> list[Base]:
+    """The frontier's states as swap problems, by peak (highest first); ``swaps=False``: only those
+    without swaps of MAGIS's own."""
+    out = []
+    for p in sorted(frontier, key=lambda p: -p.peak):
+        h = replay(g, p.applications)
+        if swaps or swap_free(p, h):
+            out.append(Base(p, h, SwapProblem.from_graph(h, cost, p.order)))
+    return out
+
+
+def with_base(base: Base, swapped: Plan, method: str) -> Plan:
+    """``swapped`` (a plan of the base's graph) as a plan of the imported graph."""
+    return Plan(method, [*base.plan.applications, *swapped.applications], swapped.order, swapped.metrics,
+                swapped.label, {**swapped.stats, "base_steps": len(base.plan.applications),
+                                "base_label": base.plan.label, "base_peak": base.plan.peak,
+                                "base_latency": base.plan.latency})
+
+
+def pool_plans(g: Graph, frontier: Sequence[Plan], cost: CostModel, limits: Sequence[tuple[str, int]],
+               time_budget: float, progress, method: str = "magis_pool", seed: int = 0
+               ) -> tuple[list[Plan], list[Failure]]:
+    """Per limit, the fastest plan within it (see the module's docstring)."""
+    t0 = time.perf_counter()
+    bases = bases_of(g, frontier, cost)
+    plans: list[Plan] = []
+    failures: list[Failure] = []
+    for k, (label, limit) in enumerate(limits):
+        share = max(0.0, (time_budget - (time.perf_counter() - t0)) / (len(limits) - k))
+        t1 = time.perf_counter()
+        within = [p for p in frontier if p.peak <= limit]
+        best: Plan | None = min(within, key=lambda p: p.latency) if within else None
+        tried: list[tuple[float, int, Base, SwapPlan, bool]] = []
+        fits = []
+        for b in bases:
+            try:
+                b.problem.check_limit(limit)
+            except InfeasibleLimit:
+                continue
+            if b.plan.peak > limit:
+                fits.append(b)
+        for i, b in enumerate(spaced(fits, BASES)):
+            if time.perf_counter() - t1 > share / 2 and tried:
+                break
+            a = allocation_of(b.problem, limit)
+            for sp, pooled in ((plan_swaps(b.problem, range(b.problem.n), a), True) if a is not None else (None, True),
+                               (plan_swaps(b.problem, range(b.problem.n), None,
+                                           capacity=limit - b.problem.resident), False)):
+                if sp is not None and sp.feasible:
+                    tried.append((sp.time, i, b, sp, pooled))
+        tried.sort(key=lambda x: (x[0], x[1]))
+        cands: list[tuple[Base, SwapPlan, dict]] = [
+            (b, sp, {"planner": "pool", "allocation": allocation_of(b.problem, limit).to_dict()} if pooled
+             else {"planner": "on demand"}) for _, _, b, sp, pooled in tried[:1]]
+        ga_bases = list(dict.fromkeys(id(x[2]) for x in tried))[:GA_BASES]
+        by_id = {id(x[2]): x[2] for x in tried}
+        for j, bid in enumerate(ga_bases):
+            left = share - (time.perf_counter() - t1)
+            if left <= 0:
+                break
+            b = by_id[bid]
+            ga = SwapAdvisorGA(b.problem, limit, seed=seed)
+            res = ga.run(time_budget=left / (len(ga_bases) - j), progress=None)
+            if res is not None and res.plan.feasible:
+                cands.append((b, res.plan, {"planner": "pool", "generations": res.generations,
+                                            "evaluations": res.evaluations, "allocation": res.allocation.to_dict()}))
+        for b, sp, stats in cands:
+            p = with_base(b, plan_of(method, b.problem, sp, cost, label, limit, stats), method)
+            if p.peak <= limit and (best is None or p.latency < best.latency):
+                best = p
+        if best is None:
+            floor = min((b.problem.working_set() for b in bases), default=None)
+            why = ("MAGIS's frontier has no state without swaps of its own to swap" if floor is None else
+                   f"no frontier state of MAGIS can run within {format_bytes(limit)}, swapped or not: the least "
+                   f"working set among them is {format_bytes(floor)}" if floor > limit else
+                   f"the planner found no swap plan within {format_bytes(limit)} for the {len(fits)} frontier states "
+                   f"whose working set fits")
+            failures.append(Failure(label, why))
+            continue
+        if best.method != method:  # a frontier state that meets the limit as it is
+            best = Plan(method, best.applications, best.order, best.metrics, label, {**best.stats, "base_steps": None})
+        progress(f"{method} {label}: {best.latency * 1e3:.3f} ms, peak {format_bytes(best.peak)}")
+        plans.append(best)
+    return plans, failures
+
+
+class MagisPool(Method):
+    """MAGIS's frontier states swapped within a memory limit by SwapAdvisor's planner and GA."""
+
+    name = "magis_pool"
+    label = "MAGIS + SwapAdvisor's planner"
+    colour = "#4c1d95"
+    symbol = "circle-x"
+    family = "magis"
+    paper = "Chen et al. 2024, MAGIS (ASPLOS), with Huang et al. 2020, SwapAdvisor (ASPLOS)'s planner"
+
+    def _run(self, g, cost, *, time_budget, progress, memory_limit=None, fractions=FRACTIONS, seed=0, **_):
+        from .moptimizer import optimize
+
+        t0 = time.perf_counter()
+        pf = optimize(g, pareto=True, time_budget=time_budget * (1 - POOL_SHARE), device=cost.device.name,
+                      cost=cost)
+        left = max(0.0, time_budget - (time.perf_counter() - t0))
+        plans, failures = pool_plans(g, pf.points, cost, limits_of(g, cost, memory_limit, fractions), left,
+                                     progress, self.name, seed)
+        return plans, failures, {"meta": pf.meta}
+
+
+__all__ = ["BASES", "GA_BASES", "POOL_SHARE", "Base", "MagisPool", "bases_of", "pool_plans", "swap_free", "with_base"]
