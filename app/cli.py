@@ -1,6 +1,6 @@
 """``magis`` command line.
 
-    magis import SPEC -o FILE [--forward] [--sgd LR]   capture a sample or path/to/file.py:factory
+    magis import SPEC -o FILE [--forward] [--sgd LR | --adam LR]   capture a sample or path/to/file.py:factory
     magis info FILE [--device NAME] [--json]           nodes, weights, baseline peak, latency, hot-spots
     magis schedule FILE --method NAME [--json]         peak bytes of a scheduler's order and its run time
     magis export FILE [--schedule NAME] -o script.py   runnable PyTorch script of a graph + schedule
@@ -116,7 +116,7 @@ def cmd_import(a: argparse.Namespace) -> dict[str, Any]:
     t0 = time.perf_counter()
     with Progress() as progress:
         progress(f"importing {a.spec} ({'forward pass' if a.forward else 'training step'})")
-        g = capture_spec(a.spec, training=not a.forward, sgd_lr=a.sgd, progress=progress)
+        g = capture_spec(a.spec, training=not a.forward, sgd_lr=a.sgd, progress=progress, adam_lr=a.adam)
         progress(f"writing {a.output}")
         io.save(g, a.output)
         progress("summarising (traced order, analytic latency)")
@@ -857,6 +857,9 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--forward", action="store_true", help="forward pass only (default: training step)")
     s.add_argument("--sgd", type=float, default=None, metavar="LR",
                    help="append a plain SGD update of every weight with learning rate LR")
+    s.add_argument("--adam", type=float, default=None, metavar="LR",
+                   help="append torch.optim.Adam's first update (learning rate LR, default betas and eps); "
+                        "its two moments per weight are inputs and outputs of the graph, resident like the weights")
     s.add_argument("--device", default=DEFAULT_PROFILE, metavar="NAME", help=devices)
     s.add_argument("--json", action="store_true", help="print the summary as one JSON object")
     s.set_defaults(fn=cmd_import)

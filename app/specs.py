@@ -119,21 +119,21 @@ def _one_line(e: BaseException) -> str:
 
 
 def capture_spec(spec: str, training: bool = True, sgd_lr: float | None = None,
-                 progress: Callable[[str], None] | None = None) -> Graph:
+                 progress: Callable[[str], None] | None = None, adam_lr: float | None = None) -> Graph:
     """The graph of a model spec, captured under fake tensors (a sample records its name and
     description; a factory's workload is named after its ``name`` or the factory);
     ``progress(message)`` hears each stage."""
     if spec in sample_graphs.NAMES:
         from sample_graphs.capture import capture_sample
 
-        return capture_sample(spec, training, sgd_lr, progress=progress)
+        return capture_sample(spec, training, sgd_lr, progress=progress, adam_lr=adam_lr)
     if progress:
         progress(f"building {spec} on fake tensors")
     w = build_workload(spec, fake=True)
     from core.frontend.workload import capture_workload
 
     return capture_workload(w, training=training, name=getattr(w, "name", spec.rpartition(":")[2]),
-                            sgd_lr=sgd_lr, progress=progress)
+                            sgd_lr=sgd_lr, progress=progress, adam_lr=adam_lr)
 
 
 def verify_spec(spec: str, schedule: str = "traced", seed: int = 0, *, training: bool = True,

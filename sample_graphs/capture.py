@@ -10,7 +10,7 @@ if TYPE_CHECKING:
 
 
 def capture_sample(name: str, training: bool = True, sgd_lr: float | None = None,
-                   progress: Callable[[str], None] | None = None) -> Graph:
+                   progress: Callable[[str], None] | None = None, adam_lr: float | None = None) -> Graph:
     """Build sample ``name`` under ``FakeTensorMode`` and capture it (the training step, or the
     forward pass with ``training=False``); the graph records the sample's name and description.
     ``progress(message)`` hears each stage."""
@@ -21,7 +21,7 @@ def capture_sample(name: str, training: bool = True, sgd_lr: float | None = None
     if progress:
         progress(f"building {name} on fake tensors")
     s = build_fake(lambda: build(name))
-    g = capture_workload(s, training=training, name=name, sgd_lr=sgd_lr, progress=progress)
+    g = capture_workload(s, training=training, name=name, sgd_lr=sgd_lr, progress=progress, adam_lr=adam_lr)
     g.meta["sample"] = name
     g.meta["description"] = s.description
     return g

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
 from torch import nn
 from torch._subclasses.fake_tensor import FakeTensorMode
 
-from core.frontend.torch_import import capture
+from core.frontend.torch_import import ImportErrorMAGIS, capture
 from core.ir.graph import NodeKind, TensorKind
 
 
@@ -25,7 +26,7 @@ def _loss(m: nn.Module, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     return nn.functional.cross_entropy(m(x), y)
 
 
-def _capture(training: bool = True, fake: bool = True, sgd_lr=None):
+def _capture(training: bool = True, fake: bool = True, sgd_lr=None, adam_lr=None):
     torch.manual_seed(0)
     ctx = FakeTensorMode(allow_non_fake_inputs=True) if fake else torch.no_grad()
     with ctx:
@@ -33,7 +34,7 @@ def _capture(training: bool = True, fake: bool = True, sgd_lr=None):
         x = torch.randn(5, 8)
         y = torch.randint(0, 4, (5,))
     return m, capture(m, (x, y), _loss, forward_fn=lambda m, x, y: m(x), training=training, name="block",
-                      sgd_lr=sgd_lr)
+                      sgd_lr=sgd_lr, adam_lr=adam_lr)
 
 
 def test_training_graph_has_every_weight_gradient():
@@ -93,6 +94,23 @@ def test_sgd_update_outputs_new_parameters():
         node = g[g.outputs[f"param:{n}"].node]
         assert node.op == "aten.add.Tensor" and node.kwargs["alpha"] == -0.1
         assert node.out.shape == tuple(p.shape)
+
+
+def test_adam_update_reads_and_writes_resident_moments():
+    m, g = _capture(adam_lr=1e-3)
+    params = dict(m.named_parameters())
+    assert g.meta["adam"] == {"lr": 1e-3, "betas": [0.9, 0.999], "eps": 1e-8, "step": 1}
+    for n, p in params.items():
+        new = g[g.outputs[f"param:{n}"].node]
+        assert new.op == "aten.addcdiv.default" and new.kwargs["value"] == pytest.approx(-1e-3 / (1 - 0.9))
+        for which in ("m", "v"):
+            ph = next(x for x in g.placeholders() if x.target == f"adam_{which}:{n}")
+            assert ph.out.kind == TensorKind.OPTIMIZER_STATE and ph.out.shape == tuple(p.shape)
+            assert g.tensor(g.outputs[f"adam_{which}:{n}"]).kind == TensorKind.OPTIMIZER_STATE
+    # the resident floor: weights and both moments
+    assert g.weight_bytes() == 3 * sum(p.numel() * p.element_size() for p in params.values())
+    with pytest.raises(ImportErrorMAGIS, match="SGD or Adam"):
+        _capture(sgd_lr=0.1, adam_lr=1e-3)
 
 
 class TiedLM(nn.Module):

@@ -51,6 +51,9 @@ class Namer:
         return s
 
 
+ADAM_STATE = ("adam_m", "adam_v")  # Adam's moments of a parameter (``torch_import.append_adam``)
+
+
 def input_key(node: Node) -> str:
     """The key of a placeholder in the script's ``tensors`` dict: parameter and buffer names exactly
     as ``named_parameters()`` / ``named_buffers()`` give them, ``input_<i>`` for example inputs."""
@@ -59,6 +62,8 @@ def input_key(node: Node) -> str:
         return rest
     if kind == "input" and rest.isdigit():
         return f"input_{rest}"
+    if kind in ADAM_STATE and rest:
+        return node.target  # "adam_m:<parameter>", as the graph's outputs name the new moments
     return node.name
 
 

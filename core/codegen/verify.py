@@ -32,7 +32,7 @@ from ..ir.graph import Graph, NodeKind, TRef
 from ..schedule.random_topo import random_topological_order
 from ..simulate import simulate
 from .emit import generate_source, is_constant
-from .release import input_key
+from .release import ADAM_STATE, input_key
 
 # Tolerances per dtype, as torch.testing.assert_close defines them (rtol, atol); integers and bools
 # must be equal.  A tensor passes when |got - ref| <= atol + rtol * scale element-wise, scale = the
@@ -116,6 +116,8 @@ def graph_inputs(g: Graph, module: nn.Module, inputs: Sequence[torch.Tensor]) ->
             t = buffers[rest]
         elif kind == "input":
             t = inputs[int(rest)]
+        elif kind in ADAM_STATE:  # a fresh torch.optim.Adam: its moments are zeros at the first step
+            t = torch.zeros_like(params[rest])
         else:
             raise ValueError(f"placeholder {n.name!r} has an unknown target {n.target!r}")
         out[key] = t.detach().clone()
@@ -155,6 +157,19 @@ def eager_outputs(g: Graph, module: nn.Module, inputs: Sequence[torch.Tensor],
         for name, p in module.named_parameters():
             if f"grad:{name}" in ref:
                 ref[f"param:{name}"] = p.detach() - lr * ref[f"grad:{name}"]
+    adam = g.meta.get("adam")
+    if adam:  # torch.optim.Adam's own first step on copies of the parameters, their gradients eager's
+        names = [n for n, _ in module.named_parameters() if f"grad:{n}" in ref]
+        copies = {n: p.detach().clone().requires_grad_(True) for n, p in module.named_parameters() if n in names}
+        for n, c in copies.items():
+            c.grad = ref[f"grad:{n}"].clone()
+        opt = torch.optim.Adam(list(copies.values()), lr=adam["lr"], betas=tuple(adam["betas"]), eps=adam["eps"],
+                               foreach=False)
+        opt.step()
+        for n, c in copies.items():
+            ref[f"param:{n}"] = c.detach()
+            ref[f"adam_m:{n}"] = opt.state[c]["exp_avg"]
+            ref[f"adam_v:{n}"] = opt.state[c]["exp_avg_sq"]
     return ref
 
 
@@ -407,7 +422,7 @@ def check_graph_matches(g: Graph, module: nn.Module, inputs: Sequence[torch.Tens
         kind, _, rest = n.target.partition(":")
         if kind == "const":
             continue
-        src = {"param": params, "buffer": buffers}.get(kind)
+        src = {"param": params, "buffer": buffers, "adam_m": params, "adam_v": params}.get(kind)
         t = (src.get(rest) if src is not None else
              inputs[int(rest)] if kind == "input" and rest.isdigit() and int(rest) < len(inputs) else None)
         if t is None:

@@ -16,6 +16,7 @@ their producers; any other op to the deepest module common to the ops that produ
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 import time
 import traceback
@@ -203,11 +204,13 @@ def capture(
     name: str = "model",
     sgd_lr: float | None = None,
     progress: Progress | None = None,
+    adam_lr: float | None = None,
 ) -> Graph:
     """Capture ``model`` on example ``inputs`` as a Graph.
 
     training=True: forward + ``loss_fn(model, *inputs)`` + backward (gradients of every parameter
-    that requires grad); ``sgd_lr`` appends a plain SGD update ``p - lr * grad``.
+    that requires grad); ``sgd_lr`` appends a plain SGD update ``p - lr * grad``; ``adam_lr`` appends
+    ``torch.optim.Adam``'s first step (its moments are inputs of the graph: :func:`append_adam`).
     training=False: the forward pass (``forward_fn(model, *inputs)`` or ``model(*inputs)``).
     Inputs may be real, fake or meta tensors; pass fake tensors for big models.
     ``progress(message)`` is called at each stage (tracing, converting, checking).
@@ -220,6 +223,8 @@ def capture(
     """
     if training and loss_fn is None:
         raise ImportErrorMAGIS("a training graph needs a loss function")
+    if sgd_lr is not None and adam_lr is not None:
+        raise ImportErrorMAGIS("one optimizer update at a time: SGD or Adam")
     say = progress or (lambda _msg: None)
     t0 = time.perf_counter()
     wrapper: nn.Module = _TrainStep(model, loss_fn) if training else _Forward(model, forward_fn)
@@ -236,12 +241,16 @@ def capture(
     g = _convert(gm, sig, training, name, inputs, _tied_parameters(model))
     if training and sgd_lr is not None:
         _append_sgd(g, sgd_lr)
+    if training and adam_lr is not None:
+        append_adam(g, adam_lr)
     g.meta.update(
         {
             "mode": "train" if training else "forward",
             "capture_seconds": round(time.perf_counter() - t0, 3),
             "fx_nodes": len(gm.graph.nodes),
             "sgd_lr": sgd_lr,
+            **({"adam": {"lr": adam_lr, "betas": list(ADAM_BETAS), "eps": ADAM_EPS, "step": 1}}
+               if training and adam_lr is not None else {}),
         }
     )
     if traced_as != "eager":
@@ -617,4 +626,46 @@ def _append_sgd(g: Graph, lr: float) -> None:
         g.outputs["param:" + pname] = TRef(node.id, 0)
 
 
-__all__ = ["capture", "ImportErrorMAGIS", "Node"]
+ADAM_BETAS = (0.9, 0.999)  # torch.optim.Adam's defaults
+ADAM_EPS = 1e-8
+
+
+def append_adam(g: Graph, lr: float, betas: tuple[float, float] = ADAM_BETAS, eps: float = ADAM_EPS,
+                step: int = 1) -> None:
+    """``torch.optim.Adam``'s update at ``step`` (single-tensor form, op for op) after the backward:
+    per parameter its two moments are new inputs (``adam_m:<name>``, ``adam_v:<name>``: optimizer
+    state, resident like the weights) and new outputs next to the parameter's::
+
+        m = lerp(m, g, 1 - b1);  v = v * b2 + (1 - b2) g g
+        p = p - lr / (1 - b1^t) * m / (sqrt(v) / sqrt(1 - b2^t) + eps)
+    """
+    b1, b2 = betas
+    bc1, bc2 = 1 - b1 ** step, 1 - b2 ** step
+    for key in sorted(k for k in g.outputs if k.startswith("grad:")):
+        pname = key.split(":", 1)[1]
+        p = next(n for n in g.placeholders() if n.target == "param:" + pname)
+        pm, gref, tag = p.out, g.outputs[key], pname.replace(".", "_")
+        state = {}
+        for which in ("m", "v"):
+            ph = g.add_node(name=f"adam_{which}_{tag}", op="placeholder", kind=NodeKind.PLACEHOLDER,
+                            target=f"adam_{which}:{pname}",
+                            outputs=[TensorMeta(pm.shape, pm.dtype, TensorKind.OPTIMIZER_STATE)], module=p.module)
+            state[which] = TRef(ph.id, 0)
+
+        def op(name: str, target: str, args: list, kind: TensorKind = TensorKind.ACTIVATION, **kw) -> TRef:
+            n = g.add_node(name=f"adam_{name}_{tag}", op=target, args=args, kwargs=kw,
+                           outputs=[TensorMeta(pm.shape, pm.dtype, kind)], module=p.module)
+            return TRef(n.id, 0)
+
+        m = op("m", "aten.lerp.Scalar", [state["m"], gref, 1 - b1], TensorKind.OPTIMIZER_STATE)
+        v = op("v", "aten.addcmul.default", [op("v_decay", "aten.mul.Scalar", [state["v"], b2]), gref, gref],
+               TensorKind.OPTIMIZER_STATE, value=1 - b2)
+        denom = op("denom", "aten.add.Scalar",
+                   [op("rms", "aten.div.Scalar", [op("sqrt", "aten.sqrt.default", [v]), math.sqrt(bc2)]), eps])
+        new = op("step", "aten.addcdiv.default", [TRef(p.id, 0), m, denom], TensorKind.WEIGHT, value=-lr / bc1)
+        g.outputs["param:" + pname] = new
+        g.outputs["adam_m:" + pname] = m
+        g.outputs["adam_v:" + pname] = v
+
+
+__all__ = ["append_adam", "capture", "ImportErrorMAGIS", "Node"]

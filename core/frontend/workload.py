@@ -51,7 +51,8 @@ def workload_fns(w: Workload) -> tuple[Callable[..., torch.Tensor] | None, Calla
 
 
 def capture_workload(w: Workload, training: bool = True, name: str | None = None,
-                     sgd_lr: float | None = None, progress: Progress | None = None) -> Graph:
+                     sgd_lr: float | None = None, progress: Progress | None = None,
+                     adam_lr: float | None = None) -> Graph:
     """:func:`~core.frontend.torch_import.capture` of ``w``'s module on its inputs (fake tensors
     when ``w`` was built under ``FakeTensorMode``); the graph is named ``name``, else ``w.name``,
     else "model"; ``progress(message)`` hears each stage of the capture."""
@@ -62,7 +63,8 @@ def capture_workload(w: Workload, training: bool = True, name: str | None = None
         raise ImportErrorMAGIS("the workload's inputs must be a tuple of example tensors")
     loss_fn, forward_fn = workload_fns(w)
     return capture(w.module, tuple(w.inputs), loss_fn, forward_fn, training=training,
-                   name=name or getattr(w, "name", None) or "model", sgd_lr=sgd_lr, progress=progress)
+                   name=name or getattr(w, "name", None) or "model", sgd_lr=sgd_lr, progress=progress,
+                   adam_lr=adam_lr)
 
 
 def build_fake(make: Callable[[], W]) -> W:

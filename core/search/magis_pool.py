@@ -26,7 +26,8 @@ from dataclasses import dataclass
 from ..cost.model import CostModel
 from ..fmt import format_bytes
 from ..ir.graph import Graph, NodeKind
-from ..schedule.swap_planner import InfeasibleLimit, SwapPlan, SwapProblem, plan_swaps
+from ..schedule.swap_planner import SwapPlan, SwapProblem, plan_swaps
+from .moptimizer import optimize, spaced_first
 from .peers.base import Method
 from .peers.common import Failure
 from .peers.swapadvisor import FRACTIONS, limits_of, plan_of
@@ -60,15 +61,16 @@ def spaced(items: Sequence, k: int) -> list:
     return [items[round(i * (n - 1) / (k - 1))] for i in range(k)] if k > 1 else [items[0]]
 
 
+def base_of(g: Graph, plan: Plan, cost: CostModel) -> Base:
+    h = replay(g, plan.applications)
+    return Base(plan, h, SwapProblem.from_graph(h, cost, plan.order))
+
+
 def bases_of(g: Graph, frontier: Sequence[Plan], cost: CostModel, swaps: bool = True) -> list[Base]:
     """The frontier's states as swap problems, by peak (highest first); ``swaps=False``: only those
     without swaps of MAGIS's own."""
-    out = []
-    for p in sorted(frontier, key=lambda p: -p.peak):
-        h = replay(g, p.applications)
-        if swaps or swap_free(p, h):
-            out.append(Base(p, h, SwapProblem.from_graph(h, cost, p.order)))
-    return out
+    out = [base_of(g, p, cost) for p in sorted(frontier, key=lambda p: -p.peak)]
+    return [b for b in out if swaps or swap_free(b.plan, b.graph)]
 
 
 def with_base(base: Base, swapped: Plan, method: str) -> Plan:
@@ -84,7 +86,13 @@ def pool_plans(g: Graph, frontier: Sequence[Plan], cost: CostModel, limits: Sequ
                ) -> tuple[list[Plan], list[Failure]]:
     """Per limit, the fastest plan within it (see the module's docstring)."""
     t0 = time.perf_counter()
-    bases = bases_of(g, frontier, cost)
+    made: dict[int, Base] = {}  # frontier index -> its base, made when first tried (a replay each)
+
+    def base(i: int) -> Base:
+        if i not in made:
+            made[i] = base_of(g, frontier[i], cost)
+        return made[i]
+
     plans: list[Plan] = []
     failures: list[Failure] = []
     for k, (label, limit) in enumerate(limits):
@@ -93,17 +101,19 @@ def pool_plans(g: Graph, frontier: Sequence[Plan], cost: CostModel, limits: Sequ
         within = [p for p in frontier if p.peak <= limit]
         best: Plan | None = min(within, key=lambda p: p.latency) if within else None
         tried: list[tuple[float, int, Base, SwapPlan, bool]] = []
-        fits = []
-        for b in bases:
-            try:
-                b.problem.check_limit(limit)
-            except InfeasibleLimit:
-                continue
-            if b.plan.peak > limit:
-                fits.append(b)
-        for i, b in enumerate(spaced(fits, BASES)):
+        over = spaced(sorted((i for i, p in enumerate(frontier) if p.peak > limit), key=lambda i: frontier[i].peak),
+                      BASES)  # by peak, the lowest first
+        fits = 0
+        floor = None
+        for i in [over[j] for j in spaced_first(len(over), 3)]:  # the lowest, middle and highest first
             if time.perf_counter() - t1 > share / 2 and tried:
                 break
+            b = base(i)
+            ws = b.problem.working_set()
+            floor = ws if floor is None else min(floor, ws)
+            if ws > limit:
+                continue
+            fits += 1
             a = allocation_of(b.problem, limit)
             for sp, pooled in ((plan_swaps(b.problem, range(b.problem.n), a), True) if a is not None else (None, True),
                                (plan_swaps(b.problem, range(b.problem.n), None,
@@ -131,11 +141,9 @@ def pool_plans(g: Graph, frontier: Sequence[Plan], cost: CostModel, limits: Sequ
             if p.peak <= limit and (best is None or p.latency < best.latency):
                 best = p
         if best is None:
-            floor = min((b.problem.working_set() for b in bases), default=None)
-            why = ("MAGIS's frontier has no state without swaps of its own to swap" if floor is None else
-                   f"no frontier state of MAGIS can run within {format_bytes(limit)}, swapped or not: the least "
-                   f"working set among them is {format_bytes(floor)}" if floor > limit else
-                   f"the planner found no swap plan within {format_bytes(limit)} for the {len(fits)} frontier states "
+            why = (f"no frontier state of MAGIS can run within {format_bytes(limit)}, swapped or not: the least "
+                   f"working set among those tried is {format_bytes(floor)}" if floor is not None and floor > limit else
+                   f"the planner found no swap plan within {format_bytes(limit)} for the {fits} frontier states "
                    f"whose working set fits")
             failures.append(Failure(label, why))
             continue
@@ -157,8 +165,6 @@ class MagisPool(Method):
     paper = "Chen et al. 2024, MAGIS (ASPLOS), with Huang et al. 2020, SwapAdvisor (ASPLOS)'s planner"
 
     def _run(self, g, cost, *, time_budget, progress, memory_limit=None, fractions=FRACTIONS, seed=0, **_):
-        from .moptimizer import optimize
-
         t0 = time.perf_counter()
         pf = optimize(g, pareto=True, time_budget=time_budget * (1 - POOL_SHARE), device=cost.device.name,
                       cost=cost)
@@ -168,4 +174,4 @@ class MagisPool(Method):
         return plans, failures, {"meta": pf.meta}
 
 
-__all__ = ["BASES", "GA_BASES", "POOL_SHARE", "Base", "MagisPool", "bases_of", "pool_plans", "swap_free", "with_base"]
+__all__ = ["BASES", "GA_BASES", "POOL_SHARE", "Base", "MagisPool", "base_of", "bases_of", "pool_plans", "swap_free", "with_base"]
