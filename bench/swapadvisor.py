@@ -12,7 +12,9 @@ budget equal to the limit) on the project's simulator as they report.  MAGIS + p
 (``search.magis_pool``: MAGIS's frontier states swapped by SwapAdvisor's planner and GA) runs once
 per workload for every limit, with ``--magis-budget`` seconds per limit.  Also per cell: SwapAdvisor's
 pool (residents and pinned tensors included), the host memory its swapped tensors need, and its
-lower bound max(compute, swap bytes / bandwidth) as a fraction of ideal throughput.  Every number is a prediction of the analytic cost
+lower bound max(compute, swap bytes / bandwidth) as a fraction of ideal throughput; per row the
+ceiling of swapping alone in the traced order (``swap_planner.swap_bound``: bytes that must be off
+the device after an op are copied out before it ends and back in after).  Every number is a prediction of the analytic cost
 model; nothing here ran on a GPU.
 
     python bench/swapadvisor.py [--workloads bert_base,...] [--fractions 2,4,8,12] [--device rtx3090]
@@ -34,6 +36,7 @@ sys.path.insert(0, str(ROOT))
 
 from core.cost.model import AnalyticCost  # noqa: E402
 from core.fmt import format_bytes  # noqa: E402
+from core.schedule.swap_planner import SwapProblem, swap_bound  # noqa: E402
 from core.search.methods import run_method  # noqa: E402
 from core.search.peers.base import eager_peak  # noqa: E402
 from core.search.peers.dtr import DTRSim  # noqa: E402
@@ -85,6 +88,13 @@ def cell(name: str, method: str, g, cost, limit: int, ideal: float, budget: floa
     return out
 
 
+def ceilings(g, cost, peak: int, fractions: list[float], ideal: float) -> dict[str, float]:
+    """Per fraction ("1/d") the ceiling of swapping alone in the traced order: ideal over
+    ``swap_bound`` (no swap plan of that order within the limit is faster)."""
+    p = SwapProblem.from_graph(g, cost)
+    return {f"1/{d:g}": ideal / swap_bound(p, range(p.n), int(peak / d)) for d in fractions}
+
+
 def pool_cells(name: str, g, cost, peak: int, fractions: list[float], ideal: float, budget: float, say) -> dict:
     """MAGIS with SwapAdvisor's planner: one run for every limit (its Pareto sweep is shared), with the
     budget of one MAGIS run per limit; per fraction its cell."""
@@ -123,6 +133,7 @@ def run(workloads: list[str], fractions: list[float], device: str, budget: float
         peak = eager_peak(g, cost)
         ideal = run_method("ideal", g, cost).plans[0].latency
         say(f"{name}: {len(g)} nodes, eager peak {format_bytes(peak)}, ideal {ideal * 1e3:.2f} ms")
+        ceiling = ceilings(g, cost, peak, fractions, ideal)
         pooled = pool_cells(name, g, cost, peak, fractions, ideal, magis_budget, say) if "magis_pool" in methods else {}
         for d in fractions:
             limit = int(peak / d)
@@ -133,7 +144,7 @@ def run(workloads: list[str], fractions: list[float], device: str, budget: float
                      cell(name, m, g, cost, limit, ideal, magis_budget if m == "magis" else budget, say)
                      for m in METHODS}
             rows.append({"workload": name, "fraction": f"1/{d:g}", "limit": limit, "eager_peak": peak,
-                         "ideal_latency": ideal, "cells": cells})
+                         "ideal_latency": ideal, "swap_ceiling": ceiling[f"1/{d:g}"], "cells": cells})
         if save is not None:
             save({"device": device, "budget": budget, "magis_budget": magis_budget, "rows": rows})
     return {"device": device, "budget": budget, "magis_budget": magis_budget, "rows": rows}
@@ -144,9 +155,9 @@ def fmt(c: dict) -> str:
 
 
 def table(res: dict) -> str:
-    head = ("| workload | limit | SwapAdvisor | ODSwap | MAGIS | MAGIS + planner | DTR | SA / ODSwap | SA bound | "
-            "SA pool | SA host | SA search s |")
-    lines = [head, "|" + "---|" * 12]
+    head = ("| workload | limit | swap ceiling | SwapAdvisor | ODSwap | MAGIS | MAGIS + planner | DTR | SA / ODSwap | "
+            "SA bound | SA pool | SA host | SA search s |")
+    lines = [head, "|" + "---|" * 13]
     for r in res["rows"]:
         c = r["cells"]
         sa, od = c["swapadvisor"], c["odswap"]
@@ -154,7 +165,8 @@ def table(res: dict) -> str:
         bound = f"{sa['bound']:.2f}" if "bound" in sa else "-"
         pool = format_bytes(sa["pool_bytes"]) if "pool_bytes" in sa else "-"
         host = format_bytes(sa["host_bytes"]) if "host_bytes" in sa else "-"
-        lines.append(f"| {r['workload']} | {r['fraction']} ({format_bytes(r['limit'])}) | {fmt(sa)} | {fmt(od)} | "
+        ceil = f"{r['swap_ceiling']:.2f}" if "swap_ceiling" in r else "-"
+        lines.append(f"| {r['workload']} | {r['fraction']} ({format_bytes(r['limit'])}) | {ceil} | {fmt(sa)} | {fmt(od)} | "
                      f"{fmt(c['magis'])} | {fmt(c.get('magis_pool', {}))} | {fmt(c['dtr'])} | {ratio} | {bound} | {pool} | {host} | "
                      f"{sa.get('search_seconds', sa['seconds'])} |")
     return "\n".join(lines)
@@ -207,6 +219,14 @@ def main(argv: list[str] | None = None) -> int:
                                                                                  r["limit"] * -1))
         res = {**{k: parts[0][k] for k in ("device", "budget", "magis_budget")}, "rows": rows,
                "merged_from": [str(f) for f in a.merge]}
+        cost = AnalyticCost(res["device"])
+        for name in {r["workload"] for r in rows if "swap_ceiling" not in r}:  # runs made before the column
+            g = load_sample_graph(name)
+            mine = [r for r in rows if r["workload"] == name]
+            ceiling = ceilings(g, cost, mine[0]["eager_peak"], [float(r["fraction"][2:]) for r in mine],
+                               mine[0]["ideal_latency"])
+            for r in mine:
+                r["swap_ceiling"] = ceiling[r["fraction"]]
     else:
         res = run([w for w in a.workloads.split(",") if w], [float(x) for x in a.fractions.split(",")], a.device,
                   a.budget, a.magis_budget, say=lambda m: print(m, file=sys.stderr, flush=True), save=save,

@@ -26,7 +26,7 @@ from core.analysis.mempool import (
 )
 from core.cost.devices import DEVICES, duplex_factor
 from core.cost.model import AnalyticCost
-from core.schedule.swap_planner import InfeasibleLimit, SwapProblem, plan_swaps, realise
+from core.schedule.swap_planner import InfeasibleLimit, SwapProblem, plan_swaps, realise, swap_bound
 from core.search.methods import METHODS, run_method
 from core.search.peers.base import eager_peak
 from core.search.plan import PlanFile, check_order, plans_from_bytes, plans_to_bytes, replay, sim_options
@@ -142,6 +142,8 @@ def test_case7_lower_bound_on_three_streams(name, frac, seed, on_demand):
     assert sp.feasible, sp.why
     bw = cost.device.host_bandwidth
     assert sp.time >= max(sum(p.time), sp.bytes_in / bw, sp.bytes_out / bw) * (1 - 1e-12)
+    # the ceiling of any swap plan of the schedule: bytes that must be out after an op go out before and in after
+    assert sp.time >= swap_bound(p, sp.schedule, limit) * (1 - 1e-12)
     apps, h, order, waits = realise(p, sp)
     check_order(h, order)
     sim = simulate(h, order, cost, swap_streams=True, waits=waits)
@@ -219,6 +221,20 @@ def test_planner_prefers_a_victim_whose_swap_out_fits_in_the_gap():
     assert sp.evictions[0][0] == 0  # A, not Belady's B
     p.copy_time = [0.0] * 5  # free copies: both fit, Belady's furthest next use wins
     assert plan_swaps(p, list(range(9)), Allocation((1,), (0,), (2,))).evictions[0][0] == 1
+
+
+def test_swap_bound_by_hand():
+    """The hand problem with 5 ms copies (1 ms ops).  The bytes read later: A after op0; A, B after op1;
+    A, B, C after op2; A, B after op3; A, B, D after op4; A, B after op5 and op6; A, E after op7.
+    Within 2 bytes one of them is off the device after op2: copied out within max(3 ms of compute,
+    5 ms) and back within max(6 ms, 5 ms), T >= 11 ms (after op4: 5 + 5 = 10 ms); within 3 bytes
+    nothing need move: the compute's 9 ms."""
+    p = hand_problem(copy=5e-3)
+    assert swap_bound(p, range(9), 2) == pytest.approx(11e-3)
+    assert swap_bound(p, range(9), 3) == pytest.approx(9e-3)
+    for sp in (plan_swaps(p, list(range(9)), Allocation((1,), (0,), (2,))),
+               plan_swaps(p, list(range(9)), None, capacity=2)):
+        assert sp.feasible and sp.time >= 11e-3
 
 
 def test_odswap_evicts_the_least_recently_used_on_demand():

@@ -552,6 +552,54 @@ def plan_swaps(p: SwapProblem, schedule: Sequence[int], alloc: Allocation | None
     return plan
 
 
+def swap_bound(p: SwapProblem, schedule: Sequence[int], limit: int) -> float:
+    """A lower bound on the iteration time of *any* swap plan of ``schedule`` within ``limit`` bytes
+    (swapping only: no op runs twice).  After op k the device holds the residents, the never-evicted
+    tensors then alive and at most the rest of ``limit`` of the tensors that a later op reads; the
+    other bytes E_k of those were copied out before op k ended and are copied in after it, each way
+    at the fastest copy rate of the problem's tensors::
+
+        T >= max over k of  max(compute up to k, E_k / B) + max(compute after k, E_k / B)
+
+    With E_k = 0 it is the compute's sum (SwapAdvisor's ideal).  The bound holds for the pool and for
+    on-demand swapping alike (a pool only holds less); ``bench/swapadvisor.py`` reports it as the
+    ceiling of swapping on a workload."""
+    sched = list(schedule)
+    n = len(sched)
+    pos = [0] * n
+    for s, o in enumerate(sched):
+        pos[o] = s
+    cum = [0.0] * (n + 1)
+    for s, o in enumerate(sched):
+        cum[s + 1] = cum[s] + p.time[o]
+    rates = [c / b for c, b in zip(p.copy_time, p.t_bytes, strict=True) if b > 0]
+    rate = min(rates, default=0.0)
+    # per position the change of the later-read pool bytes and of the never-evicted bytes alive
+    d_later = [0] * (n + 1)
+    d_pinned = [0] * (n + 1)
+    is_view = p.op_view or [False] * n
+    for t, b in enumerate(p.t_bytes):
+        born = pos[p.t_prod[t]]
+        if p.t_pinned[t]:
+            end = n if p.t_kept[t] else max([born, *(pos[u] for u in p.t_users[t])])
+            d_pinned[born] += b
+            d_pinned[min(end, n - 1) + 1] -= b
+            continue
+        reads = [pos[u] for u in p.t_users[t] if not is_view[u]]
+        last = max(reads, default=born)
+        if last > born:  # read after op ``born``..``last - 1`` ends
+            d_later[born] += b
+            d_later[last] -= b
+    later = pinned = 0
+    best = cum[n]
+    for k in range(n):
+        later += d_later[k]
+        pinned += d_pinned[k]
+        e = max(0, later - (int(limit) - p.resident - pinned)) * rate
+        best = max(best, max(cum[k + 1], e) + max(cum[n] - cum[k + 1], e))
+    return best
+
+
 def _stays(plan: SwapPlan, closed: Sequence[tuple], cls_of: Sequence[int]) -> list[Stay]:
     """The planner's closed stays -- (tensor, object, first position, last position, start entry, end
     entry, how it left), entries of ``plan.program`` -- timed with the program's times, by class,
@@ -660,4 +708,4 @@ def realise(p: SwapProblem, plan: SwapPlan
     return apps, g, [v for v in order if v in g.nodes], waits  # an early view nothing reads any more is erased
 
 
-__all__ = ["InfeasibleLimit", "Stay", "SwapPlan", "SwapProblem", "host_stays", "plan_swaps", "realise"]
+__all__ = ["InfeasibleLimit", "Stay", "SwapPlan", "SwapProblem", "host_stays", "plan_swaps", "realise", "swap_bound"]
