@@ -395,7 +395,7 @@ def verify_lines(res: dict[str, Any]) -> list[str]:
     lines = [f"{'ok' if ok else 'FAILED'}: {t(res['name'])}, schedule {t(res['schedule'])} ({res['ops']} ops, "
              f"{res.get('dtype', 'float32')}, seed {res['seed']}): the exported script "
              f"{'reproduces' if ok else 'does not reproduce'} eager PyTorch"]
-    what = "the loss and every gradient" if "loss" in res else "every output"
+    what = res.get("what") or ("the loss and every gradient" if "loss" in res else "every output")
     if res["compared"]:
         def worst(kind: str) -> str:  # the error and the tensor that has it (none when it is 0)
             err = res[f"max_{kind}_error"]

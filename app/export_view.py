@@ -128,7 +128,7 @@ def verify_outcome(res: dict) -> tuple[bool, list[str]]:
     ok = bool(res.get("ok"))
     lines = []
     n = res.get("compared", 0)
-    what = "the loss and every gradient" if "loss" in res else "every output"
+    what = res.get("what") or ("the loss and every gradient" if "loss" in res else "every output")
     if n:
         line = (f"compared {plural(n, 'tensor')} ({what}) with eager PyTorch: max abs error "
                 f"{res.get('max_abs_error', 0):.3g} ({res.get('worst_abs_tensor', '?')}), max rel error "

@@ -178,6 +178,7 @@ def test_adam_update_round_trip_equals_torch_optim_adam():
     n = len(dict(m.named_parameters()))
     assert res["compared"] == 1 + 4 * n  # the loss, and per parameter its gradient, new value, two moments
     assert {"param:0.weight", "adam_m:0.weight", "adam_v:4.bias"} <= set(res["per_tensor"])
+    assert res["what"] == "the loss, every gradient, the new weights and Adam's moments"
     cost = AnalyticCost("rtx3090")
     p = SwapProblem.from_graph(g, cost)
     limit = (p.working_set() + memory_profile(g, resolve_schedule(g, "traced")).peak) // 2

@@ -329,7 +329,7 @@ def verify_graph(g: Graph, order: Sequence[int], tensors: dict[str, torch.Tensor
         "rtol": r_d if rtol is None else rtol, "atol": a_d if atol is None else atol,
         "tolerance": "per dtype (torch.testing), relative to each tensor's magnitude",
         "allclose": all(v["allclose"] for v in per.values()),
-        "compared": len(per), "missing_reference": sorted(set(keys) - set(ref)),
+        "compared": len(per), "missing_reference": sorted(set(keys) - set(ref)), "what": compared_what(per),
     }
     if per:
         worst_abs = max(per, key=lambda k: per[k]["max_abs"])
@@ -356,6 +356,17 @@ def verify_graph(g: Graph, order: Sequence[int], tensors: dict[str, torch.Tensor
     if details:
         res["per_tensor"] = per
     return res
+
+
+def compared_what(keys) -> str:
+    """What the compared tensors are, in words: "the loss and every gradient", with the updated
+    weights (an optimizer's step) and Adam's moments when the graph has them, else "every output"."""
+    keys = set(keys)
+    if "loss" not in keys:
+        return "every output"
+    parts = ["the loss", "every gradient"] + [w for w, pre in (("the new weights", "param:"), ("Adam's moments", "adam_m:"))
+                                             if any(k.startswith(pre) for k in keys)]
+    return ", ".join(parts[:-1]) + " and " + parts[-1]
 
 
 def problems(res: dict[str, Any], exact_steps: bool = True) -> list[str]:
