@@ -232,8 +232,8 @@ def main(argv: list[str] | None = None) -> int:
                   a.budget, a.magis_budget, say=lambda m: print(m, file=sys.stderr, flush=True), save=save,
                   skip={tuple(x.split(":", 3)[:3]): x.split(":", 3)[3] for x in a.skip},
                   methods=[m for m in a.methods.split(",") if m])
-    print(f"SwapAdvisor on {a.device}: throughput as a fraction of ideal (budget {a.budget:g} s per limit, "
-          f"MAGIS {a.magis_budget:g} s)\n")
+    print(f"SwapAdvisor on {res['device']}: throughput as a fraction of ideal (budget {res['budget']:g} s per limit, "
+          f"MAGIS {res['magis_budget']:g} s)\n")
     print(table(res))
     for line in notes(res):
         print(f"- {line}")

@@ -55,6 +55,14 @@ DEVICES: dict[str, DeviceProfile] = {
         vector_flops=66.9 * T, mem_bandwidth=3350e9, host_bandwidth=50e9, launch_overhead=3e-6,
         notes="H100 SXM5 80GB, PCIe 5.0 host link",
     ),
+    "v100": DeviceProfile(
+        name="v100", memory_bytes=16 * GB,
+        matmul_flops={"float32": 15.7 * T, "float16": 125 * T, "bfloat16": 125 * T, "float64": 7.8 * T},
+        vector_flops=15.7 * T, mem_bandwidth=900e9, host_bandwidth=12e9, host_duplex_bandwidth=20e9,
+        launch_overhead=5e-6,
+        notes="V100 SXM2 16GB on PCIe 3.0 (SwapAdvisor's testbed: 12 GB/s one way, 20 GB/s both ways); "
+              "float32 without tensor cores, as the paper's MXNet ran it",
+    ),
     "cpu": DeviceProfile(
         name="cpu", memory_bytes=24 * GB,
         matmul_flops={"float32": 100e9, "bfloat16": 50e9, "float16": 25e9, "float64": 50e9},
