@@ -27,7 +27,6 @@ def unet():
 def test_a_base_swapped_below_its_peak_matches_eager(unet):
     case, cost, frontier = unet
     bases = bases_of(case.g, frontier, cost)
-    assert len(bases) == len(frontier)  # no swaps of their own
     low = min(frontier, key=lambda p: p.peak)
     floor = min(b.problem.working_set() for b in bases)
     limit = int(floor + 0.5 * (low.peak - floor))

@@ -4,17 +4,17 @@ MAGIS's own Swap rules move one tensor per application, so its search reaches do
 of a paper workload's peak and no further.  SwapAdvisor (``search.swapadvisor``) swaps whole pools
 but cannot make an op's working set smaller: below the largest op's inputs and outputs no swap plan
 exists.  Here the two meet.  The M-Optimizer's Pareto sweep runs first (``POOL_SHARE`` of the
-budget is left for what follows); each of its frontier states without swaps of its own whose
-peak is above the limit is a *base*: its graph (fission and remat applied) in its schedule is a
-``SwapProblem``, and the planner swaps its tensors through a memory pool.
+budget is left for what follows); each of its frontier states (and the imported graph) whose peak
+is above the limit can be a *base*: its graph (fission, remat and MAGIS's own swaps applied) in its
+schedule is a ``SwapProblem``, and the planner swaps its tensors through a memory pool.
 
-Per memory limit, every base whose working set fits gets the planner once with a one-class-per-size
-pool (counts in proportion to bytes) and once on demand (LRU over a byte pool); the bases with the
-best times then get SwapAdvisor's GA (schedule and pool), its first schedule MAGIS's.  The answer
-is the fastest plan within the limit: a frontier state that already meets it, or a base with its
-swaps.  Swaps are timed on SwapAdvisor's three streams (``plan.sim_options``), and the plan is the
-base's applications followed by one ``SwapLate`` per swapped tensor, so it replays, exports and
-verifies like any other plan.
+Per memory limit, up to ``BASES`` of them, evenly spaced by peak, get the planner once with a
+one-class-per-size pool (counts in proportion to bytes) and once on demand (LRU over a byte pool);
+the ``GA_BASES`` with the best times then get SwapAdvisor's GA (schedule and pool), its first
+schedule MAGIS's.  The answer is the fastest plan within the limit: a frontier state that already
+meets it, or a base with its swaps.  The plan is the base's applications followed by one
+``SwapLate`` per swapped tensor, simulated from scratch on SwapAdvisor's three streams
+(``plan.sim_options``), so it replays, exports and verifies like any other plan.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from dataclasses import dataclass
 
 from ..cost.model import CostModel
 from ..fmt import format_bytes
-from ..ir.graph import Graph, NodeKind
+from ..ir.graph import Graph
 from ..schedule.swap_planner import SwapPlan, SwapProblem, plan_swaps
 from .moptimizer import optimize, spaced_first
 from .peers.base import Method
@@ -48,11 +48,6 @@ class Base:
     problem: SwapProblem
 
 
-def swap_free(plan: Plan, g: Graph) -> bool:
-    """No swap of MAGIS's own in the plan's graph (SwapAdvisor's planner does the swapping)."""
-    return not any(n.kind in (NodeKind.STORE, NodeKind.LOAD) for n in g.nodes.values())
-
-
 def spaced(items: Sequence, k: int) -> list:
     """At most ``k`` of ``items``, evenly spaced, the first and the last among them."""
     n = len(items)
@@ -62,15 +57,14 @@ def spaced(items: Sequence, k: int) -> list:
 
 
 def base_of(g: Graph, plan: Plan, cost: CostModel) -> Base:
+    """``plan``'s graph, replayed on ``g``, as a swap problem in the plan's schedule."""
     h = replay(g, plan.applications)
     return Base(plan, h, SwapProblem.from_graph(h, cost, plan.order))
 
 
-def bases_of(g: Graph, frontier: Sequence[Plan], cost: CostModel, swaps: bool = True) -> list[Base]:
-    """The frontier's states as swap problems, by peak (highest first); ``swaps=False``: only those
-    without swaps of MAGIS's own."""
-    out = [base_of(g, p, cost) for p in sorted(frontier, key=lambda p: -p.peak)]
-    return [b for b in out if swaps or swap_free(b.plan, b.graph)]
+def bases_of(g: Graph, frontier: Sequence[Plan], cost: CostModel) -> list[Base]:
+    """Every frontier state as a swap problem, by peak (highest first)."""
+    return [base_of(g, p, cost) for p in sorted(frontier, key=lambda p: -p.peak)]
 
 
 def with_base(base: Base, swapped: Plan, method: str) -> Plan:
@@ -174,4 +168,4 @@ class MagisPool(Method):
         return plans, failures, {"meta": pf.meta}
 
 
-__all__ = ["BASES", "GA_BASES", "POOL_SHARE", "Base", "MagisPool", "base_of", "bases_of", "pool_plans", "swap_free", "with_base"]
+__all__ = ["BASES", "GA_BASES", "POOL_SHARE", "Base", "MagisPool", "base_of", "bases_of", "pool_plans", "with_base"]
