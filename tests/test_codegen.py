@@ -159,10 +159,10 @@ def test_forward_graph_and_sgd_update_round_trip():
 def test_adam_update_round_trip_equals_torch_optim_adam():
     """The captured Adam step gives what ``torch.optim.Adam`` gives (new parameters and both moments),
     in any order and under a swap plan far below the peak, the moments read as fresh zeros."""
+    from core.codegen.verify import eager_outputs, graph_inputs, verify_graph
     from core.cost.model import AnalyticCost
     from core.schedule.swap_planner import SwapProblem
     from core.search.methods import run_method
-    from core.codegen.verify import eager_outputs, graph_inputs, verify_graph
     from core.search.plan import replay, sim_options
 
     torch.manual_seed(0)

@@ -152,7 +152,7 @@ def test_a_size_limit_is_the_bytes_themselves():
     (lambda d: d["points"][0].update(peak=-1), "'peak' is not a byte count"),
     (lambda d: d["points"][0].update(order="x"), "'order' is not a list of node ids"),
     (lambda d: d.update(points={}), "'points' is not a list"),
-    (lambda d: d.update(device="v100"), "plan file: unknown device 'v100' (known: rtx3090, a100-80gb"),
+    (lambda d: d.update(device="tpu-v9"), "plan file: unknown device 'tpu-v9' (known: rtx3090, a100-80gb"),
     (lambda d: d.update(device=7), "plan file: 'device' is not a string"),
 ])
 def test_bad_plan_files_are_one_line(edit, words):

@@ -55,8 +55,8 @@ DEVICES: dict[str, DeviceProfile] = {
         vector_flops=66.9 * T, mem_bandwidth=3350e9, host_bandwidth=50e9, launch_overhead=3e-6,
         notes="H100 SXM5 80GB, PCIe 5.0 host link",
     ),
-    "v100": DeviceProfile(
-        name="v100", memory_bytes=16 * GB,
+    "v100-16gb": DeviceProfile(
+        name="v100-16gb", memory_bytes=16 * GB,
         matmul_flops={"float32": 15.7 * T, "float16": 125 * T, "bfloat16": 125 * T, "float64": 7.8 * T},
         vector_flops=15.7 * T, mem_bandwidth=900e9, host_bandwidth=12e9, host_duplex_bandwidth=20e9,
         launch_overhead=5e-6,

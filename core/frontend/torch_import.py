@@ -652,9 +652,10 @@ def append_adam(g: Graph, lr: float, betas: tuple[float, float] = ADAM_BETAS, ep
                             outputs=[TensorMeta(pm.shape, pm.dtype, TensorKind.OPTIMIZER_STATE)], module=p.module)
             state[which] = TRef(ph.id, 0)
 
-        def op(name: str, target: str, args: list, kind: TensorKind = TensorKind.ACTIVATION, **kw) -> TRef:
+        def op(name: str, target: str, args: list, kind: TensorKind = TensorKind.ACTIVATION, *, tag: str = tag,
+               like: Node = p, **kw) -> TRef:
             n = g.add_node(name=f"adam_{name}_{tag}", op=target, args=args, kwargs=kw,
-                           outputs=[TensorMeta(pm.shape, pm.dtype, kind)], module=p.module)
+                           outputs=[TensorMeta(like.out.shape, like.out.dtype, kind)], module=like.module)
             return TRef(n.id, 0)
 
         m = op("m", "aten.lerp.Scalar", [state["m"], gref, 1 - b1], TensorKind.OPTIMIZER_STATE)

@@ -19,10 +19,10 @@ from ..cost.model import AnalyticCost, CostModel
 from ..ir.graph import Graph
 from ..schedule.registry import get_scheduler
 from ..simulate import simulate
+from .magis_pool import MagisPool
 from .peers import DTR, Checkmate, Eager, Microbatch, MicrobatchCkpt, Offload, OffloadCkpt, SqrtN, TorchMinCut
 from .peers.base import Method, MethodRun, Progress
 from .peers.common import Failure
-from .magis_pool import MagisPool
 from .peers.swapadvisor import Ideal, ODSwap, SwapAdvisor
 from .plan import Plan
 
