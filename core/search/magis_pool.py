@@ -68,9 +68,12 @@ def bases_of(g: Graph, frontier: Sequence[Plan], cost: CostModel) -> list[Base]:
 
 
 def with_base(base: Base, swapped: Plan, method: str) -> Plan:
-    """``swapped`` (a plan of the base's graph) as a plan of the imported graph."""
+    """``swapped`` (a plan of the base's graph) as a plan of the imported graph.  The planner's ideal is
+    the base's compute (recomputation included), kept as ``base_compute``, not as the plan's ideal."""
+    stats = {k: v for k, v in swapped.stats.items() if k not in ("ideal_latency", "throughput_vs_ideal")}
     return Plan(method, [*base.plan.applications, *swapped.applications], swapped.order, swapped.metrics,
-                swapped.label, {**swapped.stats, "base_steps": len(base.plan.applications),
+                swapped.label, {**stats, "base_compute": swapped.stats.get("ideal_latency"),
+                                "base_steps": len(base.plan.applications),
                                 "base_label": base.plan.label, "base_peak": base.plan.peak,
                                 "base_latency": base.plan.latency})
 
