@@ -137,9 +137,14 @@ def card(pg, id_: str) -> str:
 
 
 def pick_dropdown(pg, dd_id: str, label_re: str) -> None:
+    """Open dropdown ``dd_id`` and click its option matching ``label_re``: within the open menu
+    (``.dash-dropdown-options``), since checklists and radio items are listboxes of options too -- a
+    search over the page could click the memory panel's "compare" box of the same name before the
+    menu has rendered."""
     pg.locator(f"#{dd_id}").click()
-    opt = pg.get_by_role("option", name=re.compile(label_re))
-    opt.first.click()
+    menu = pg.locator(".dash-dropdown-options")
+    menu.wait_for(state="visible", timeout=TIMEOUT)
+    menu.get_by_role("option", name=re.compile(label_re)).first.click()
 
 
 def graph_token(pg) -> str:
