@@ -312,26 +312,32 @@ class SwapPlan:
                 "bytes_in": self.bytes_in, "pool_bytes": self.pool_bytes}
 
 
+def _walk(p: SwapProblem, schedule: Sequence[int]) -> tuple[list[int], list[int], list[float]]:
+    """The schedule as a list, each op's position in it, and the compute time before each position
+    (``cum[s]``: ops 0 .. s-1; ``cum[n]``: all of them)."""
+    sched = list(schedule)
+    pos = [0] * len(sched)
+    cum = [0.0] * (len(sched) + 1)
+    for s, o in enumerate(sched):
+        pos[o] = s
+        cum[s + 1] = cum[s] + p.time[o]
+    return sched, pos, cum
+
+
 def plan_swaps(p: SwapProblem, schedule: Sequence[int], alloc: Allocation | None = None, *,
                capacity: int | None = None, stays: bool = False) -> SwapPlan:
     """SwapAdvisor's planner on ``schedule`` (op indices) with pool ``alloc``, or (``alloc`` None)
     on-demand LRU swapping over a byte pool of ``capacity`` bytes.  The planner gives every pool
     tensor an object of its class (a free one: the one free longest, else the victim's); with
     ``stays`` the plan records them (``SwapPlan.stays``)."""
-    sched = list(schedule)
+    sched, pos, cum = _walk(p, schedule)
     n = len(sched)
-    pos = [0] * n
-    for s, o in enumerate(sched):
-        pos[o] = s
     nt = len(p.t_ref)
     is_view = p.op_view or [False] * n
     uses = [sorted(pos[u] for u in p.t_users[t]) for t in range(nt)]
     ruses = [[s for s in u if not is_view[sched[s]]] for u in uses]  # uses that need the bytes on the device
     ptr = [0] * nt
     rptr = [0] * nt
-    cum = [0.0] * (n + 1)
-    for s, o in enumerate(sched):
-        cum[s + 1] = cum[s] + p.time[o]
     on_demand = alloc is None
     loc = [0] * nt  # 0 not made, 1 device, 2 host, 3 dead
     has_copy = [False] * nt
@@ -564,14 +570,8 @@ def swap_bound(p: SwapProblem, schedule: Sequence[int], limit: int) -> float:
     With E_k = 0 it is the compute's sum (SwapAdvisor's ideal).  The bound holds for the pool and for
     on-demand swapping alike (a pool only holds less); ``bench/swapadvisor.py`` reports it as the
     ceiling of swapping on a workload."""
-    sched = list(schedule)
+    sched, pos, cum = _walk(p, schedule)
     n = len(sched)
-    pos = [0] * n
-    for s, o in enumerate(sched):
-        pos[o] = s
-    cum = [0.0] * (n + 1)
-    for s, o in enumerate(sched):
-        cum[s + 1] = cum[s] + p.time[o]
     rates = [c / b for c, b in zip(p.copy_time, p.t_bytes, strict=True) if b > 0]
     rate = min(rates, default=0.0)
     # per position the change of the later-read pool bytes and of the never-evicted bytes alive

@@ -50,10 +50,7 @@ class Base:
 
 def spaced(items: Sequence, k: int) -> list:
     """At most ``k`` of ``items``, evenly spaced, the first and the last among them."""
-    n = len(items)
-    if n <= k:
-        return list(items)
-    return [items[round(i * (n - 1) / (k - 1))] for i in range(k)] if k > 1 else [items[0]]
+    return [items[i] for i in spaced_first(len(items), k)[:k]]
 
 
 def base_of(g: Graph, plan: Plan, cost: CostModel) -> Base:
@@ -97,7 +94,7 @@ def pool_plans(g: Graph, frontier: Sequence[Plan], cost: CostModel, limits: Sequ
         t1 = time.perf_counter()
         within = [p for p in frontier if p.peak <= limit]
         best: Plan | None = min(within, key=lambda p: p.latency) if within else None
-        tried: list[tuple[float, int, Base, SwapPlan, bool]] = []
+        tried: list[tuple[float, int, Base, SwapPlan, dict]] = []  # (time, frontier index, base, plan, stats)
         over = spaced(sorted((i for i, p in enumerate(frontier) if p.peak > limit), key=lambda i: frontier[i].peak),
                       BASES)  # by peak, the lowest first
         fits = 0
@@ -112,24 +109,19 @@ def pool_plans(g: Graph, frontier: Sequence[Plan], cost: CostModel, limits: Sequ
                 continue
             fits += 1
             a = allocation_of(b.problem, limit)
-            for sp, pooled in ((plan_swaps(b.problem, range(b.problem.n), a), True) if a is not None else (None, True),
-                               (plan_swaps(b.problem, range(b.problem.n), None,
-                                           capacity=limit - b.problem.resident), False)):
-                if sp is not None and sp.feasible:
-                    tried.append((sp.time, i, b, sp, pooled))
+            runs = [] if a is None else [(plan_swaps(b.problem, range(b.problem.n), a),
+                                          {"planner": "pool", "allocation": a.to_dict()})]
+            runs.append((plan_swaps(b.problem, range(b.problem.n), None, capacity=limit - b.problem.resident),
+                         {"planner": "on demand"}))
+            tried += [(sp.time, i, b, sp, stats) for sp, stats in runs if sp.feasible]
         tried.sort(key=lambda x: (x[0], x[1]))
-        cands: list[tuple[Base, SwapPlan, dict]] = [
-            (b, sp, {"planner": "pool", "allocation": allocation_of(b.problem, limit).to_dict()} if pooled
-             else {"planner": "on demand"}) for _, _, b, sp, pooled in tried[:1]]
-        ga_bases = list(dict.fromkeys(id(x[2]) for x in tried))[:GA_BASES]
-        by_id = {id(x[2]): x[2] for x in tried}
-        for j, bid in enumerate(ga_bases):
+        cands: list[tuple[Base, SwapPlan, dict]] = [(b, sp, stats) for _, _, b, sp, stats in tried[:1]]
+        ga_bases = list({x[1]: x[2] for x in tried}.values())[:GA_BASES]  # the fastest distinct bases
+        for j, b in enumerate(ga_bases):
             left = share - (time.perf_counter() - t1)
             if left <= 0:
                 break
-            b = by_id[bid]
-            ga = SwapAdvisorGA(b.problem, limit, seed=seed)
-            res = ga.run(time_budget=left / (len(ga_bases) - j), progress=None)
+            res = SwapAdvisorGA(b.problem, limit, seed=seed).run(time_budget=left / (len(ga_bases) - j))
             if res is not None and res.plan.feasible:
                 cands.append((b, res.plan, {"planner": "pool", "generations": res.generations,
                                             "evaluations": res.evaluations, "allocation": res.allocation.to_dict()}))
