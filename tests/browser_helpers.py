@@ -147,6 +147,15 @@ def pick_dropdown(pg, dd_id: str, label_re: str) -> None:
     menu.get_by_role("option", name=re.compile(label_re)).first.click()
 
 
+def wait_message(pg, kind: str, text: str) -> str:
+    """Wait until the message bar shows a ``kind`` ("error", "ok") message containing ``text`` and
+    return it -- waiting for the text, not for any message, since the previous one may still be on the
+    page while its dismissal makes the round trip."""
+    pg.wait_for_function("([k, t]) => (document.querySelector('#messages .msg-' + k)?.innerText || '')"
+                         ".includes(t)", arg=[kind, text], timeout=TIMEOUT)
+    return pg.locator(f"#messages .msg-{kind}").inner_text()
+
+
 def graph_token(pg) -> str:
     return cy_eval(pg, "graph", "cy.nodes().length ? cy.nodes()[0].id().split('-')[0] : ''")
 

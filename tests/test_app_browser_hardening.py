@@ -22,6 +22,7 @@ from tests.browser_helpers import (
     summary_model,
     tap,
     wait_cy_stable,
+    wait_message,
     wait_ready,
 )
 
@@ -31,12 +32,6 @@ pytestmark = [pytest.mark.browser]
 def upload(pg, name: str, data: bytes) -> None:
     pg.locator("#upload input[type=file]").set_input_files(
         files=[{"name": name, "mimeType": "application/octet-stream", "buffer": data}])
-
-
-def wait_message(pg, kind: str, text: str) -> str:
-    pg.wait_for_function("([k, t]) => (document.querySelector('#messages .msg-' + k)?.innerText || '')"
-                         ".includes(t)", arg=[kind, text])
-    return pg.locator(f"#messages .msg-{kind}").inner_text()
 
 
 def good_graph_bytes() -> bytes:

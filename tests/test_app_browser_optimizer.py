@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from tests.browser_helpers import TIMEOUT, _cy, opened, shot, wait_ready
+from tests.browser_helpers import TIMEOUT, _cy, opened, shot, wait_message, wait_ready
 
 pytestmark = [pytest.mark.browser]
 APP_SAMPLE = SAMPLE = "fig6_ftree"  # the module's server (conftest.py)
@@ -202,8 +202,7 @@ def test_bad_limit_and_foreign_plan_file_are_messages(page, server, tmp_path):
     page.click("text=Pareto frontier")
     page.fill("#fit-limit", "1KiB")
     page.press("#fit-limit", "Enter")
-    page.wait_for_selector(".msg-error")
-    assert "no plan on the frontier has a peak under 1.00 KiB" in text(page, "#messages")
+    wait_message(page, "error", "no plan on the frontier has a peak under 1.00 KiB")
     page.click("#msg-close")
     # a plan file made for another graph
     from core.metrics import metrics
@@ -216,15 +215,13 @@ def test_bad_limit_and_foreign_plan_file_are_messages(page, server, tmp_path):
     path.write_bytes(plans_to_bytes(PlanFile(other.name, graph_hash(other), "rtx3090",
                                              [Plan("eager", [], [], metrics(1, 1.0))])))
     page.set_input_files("#plan-upload input[type=file]", str(path))
-    page.wait_for_selector(".msg-error")
-    assert "made for graph" in text(page, "#messages")
+    wait_message(page, "error", "made for graph")
     # not JSON at all
     page.click("#msg-close")
     bad = tmp_path / "junk.json"
     bad.write_bytes(base64.b64encode(b"\x00\x01 not a plan"))
     page.set_input_files("#plan-upload input[type=file]", str(bad))
-    page.wait_for_selector(".msg-error")
-    assert "Could not open 'junk.json'" in text(page, "#messages")
+    wait_message(page, "error", "Could not open 'junk.json'")
     shot(page, "app_plan_errors")
     # the page still works: the slider still selects plans
     assert text(page, "#plan-cards")
