@@ -705,6 +705,21 @@ class DeltaEvaluator:
         finally:
             self._undo(app, log, saved)
 
+    def _widened_window(self, L: int, R: int, added: list[int]) -> tuple[int, int, list[int]]:
+        """``_window`` of positions L..R, widened (by ``SEARCH`` either side, three times, then to
+        the whole schedule) until the ops outside it depend on it the right way."""
+        n = len(self.order)
+        win = self._window(L, R, added)
+        for _ in range(3):
+            if win is not None:
+                return win
+            L, R = max(0, L - SEARCH), min(n - 1, R + SEARCH)
+            win = self._window(L, R, added)
+        if win is None:
+            win = self._window(0, n - 1, added)
+            assert win is not None, "the working graph is not acyclic"
+        return win
+
     def _evaluate(self, app: Application, log: EditLog, changed: set[TRef]) -> Child:
         lo, hi, added = self._region(log)
         n = len(self.order)
@@ -712,16 +727,7 @@ class DeltaEvaluator:
         if swap is not None:
             return self._placed(app, *swap, log.touched())
         L, R = get_reschedule_interval(self.nw, lo, hi) if n else (0, -1)
-        win = self._window(L, R, added)
-        for _ in range(3):
-            if win is not None:
-                break
-            L, R = max(0, L - SEARCH), min(n - 1, R + SEARCH)
-            win = self._window(L, R, added)
-        if win is None:
-            win = self._window(0, n - 1, added)
-            assert win is not None, "the working graph is not acyclic"
-        L, R, ops = win
+        L, R, ops = self._widened_window(L, R, added)
         if self.window_cap is None or len(ops) <= self.window_cap:
             affected = changed | self.storages.roots_of(ops) | self.storages.roots_of(self.order[L:R + 1])
             # the background curve (affected storages taken out) decides the window's constant part
@@ -813,6 +819,39 @@ class DeltaEvaluator:
             self._undo(app, log, saved)
             raise
         self._enter(s, log, changed, saved)
+        return s
+
+    def place(self, app: Application, order: Sequence[int] | None = None) -> MState:
+        """Apply ``app`` and make its child the working state without rescheduling: each added op
+        right before its first reader, the rest of the schedule as it stands -- or, with ``order``,
+        the whole schedule replaced by ``order`` (the new graph's ops).  How another method's plan
+        becomes a chain of states (``MOptimizer.adopt``): its applications placed one by one, its
+        own schedule put in with the last.  The child's metrics are the working state's once it is
+        entered (the latency simulated in full where the graph has copies)."""
+        log, changed, saved = self._apply(app)
+        try:
+            lo, hi, added = self._region(log)
+            if order is not None:
+                L, R, window = 0, len(self.order) - 1, list(order)
+                check = set(window)
+                if len(check) != len(window) or check != {n.id for n in self.g.ops()}:
+                    raise ValueError(f"{app}: the order given does not run every op of the graph once")
+            else:
+                L, R, window = self._widened_window(lo, hi, added)
+        except BaseException:
+            self._undo(app, log, saved)
+            raise
+        latency = self.latency + self._latency_delta(log)
+        s = MState(self.state, app, L, R, tuple(window), metrics(self.peak, latency), self.wl.value(),
+                   self.state.depth + 1)
+        self._enter(s, log, changed, saved)
+        host = 0
+        if self.storages.copy_nodes:
+            peak, latency, host = self._simulated(self.order, log.touched())
+        else:
+            peak = self.peak
+        s.metrics = metrics(peak, latency, host_bytes=host)
+        self.latency = latency
         return s
 
     def _enter(self, s: MState, log: EditLog, changed: set[TRef], saved: dict) -> None:

@@ -60,6 +60,7 @@ REMAT_SMALL = 8  # a scan skips hot-spots under 1/8 of the largest it can lower 
 LAZY = 2.0  # remat_steps commits a scan's next child while its latency per byte is within 2x the best
 SWAP_SHARE = 0.25  # the warm start's share for Swap steps (resnet50 at <= 10%: 0.529x -> 0.442x)
 SWAP_FROM = (1.05, 1.10)  # Swap steps start from the lowest-peak state within +5% and within +10% latency
+SEED_SHARE = 0.3  # the warm start's share for running DTR to seed it (``seeds.dtr_seeds``; adopting comes on top)
 BATCH_SHARE = 0.2  # the warm start's share for micro-batch F-Trans along its Remat chain (batch_fission)
 BATCH_DEPTHS = 24  # states of the Remat chain that batch_fission splits first (evenly spaced)
 BATCH_SLOW = 1.8  # batch_fission skips states and parts beyond this latency (x the imported graph's)
@@ -151,6 +152,8 @@ class MOptimizer:
         # the k-th search (1-based) of the sweep's n fixed limits, k > n for a search of a frontier gap
         self.sweep_at: tuple[int, int, int] | None = None
         self._batch_splits: bool | None = None  # ``batch_splits``, checked once
+        self.seeds = None  # the warm start's DTR seeds (``seeds.Seeds``)
+        self.adopted: dict[MState, str] = {}  # an adopted plan's last state -> "method label"
         self.pareto_archive: ParetoArchive[MState] = ParetoArchive(lambda s: vector(s.metrics, FRONT))
         self.pareto_archive.add(self.root)
 
@@ -191,6 +194,27 @@ class MOptimizer:
             self._archive(s)
         return ev.state
 
+    def adopt(self, plan: Plan) -> MState | None:
+        """Another method's plan (applications from the imported graph, its own schedule) as a
+        chain of states from the root (``DeltaEvaluator.place``: nothing rescheduled, the plan's
+        schedule put in with its last application); its last state -- the plan's graph, schedule,
+        peak and latency -- enters the archive and the seen set and is returned (None for a plan
+        without applications, or one already seen).  The search may go on from it."""
+        if not plan.applications:
+            return None
+        ev = self.ev
+        ev.goto(self.root)
+        apps = plan.applications
+        for app in apps[:-1]:
+            ev.place(app)
+        s = ev.place(apps[-1], plan.order)
+        if s.hash in self.seen:
+            return None
+        self.seen.add(s.hash)
+        self._archive(s)
+        self.adopted[s] = f"{plan.method} {plan.label}".strip()
+        return s
+
     def warm_start(self, time_budget: float) -> MState:
         """A start state many steps from the root, where single steps rarely lower a peak made of
         many equal layers: the greedy fission pass (``greedy.greedy_fission``: the best-scoring
@@ -207,9 +231,16 @@ class MOptimizer:
         states within each latency slack of ``SWAP_FROM``: a swap whose copies overlap compute
         lowers the peak at no latency, but once a graph has copies every child is simulated in
         full, so swaps come after the delta-evaluated Remat chains rather than among them.  Every
-        state on the way enters the Pareto archive; the fission chain's end is returned."""
+        state on the way enters the Pareto archive; the fission chain's end is returned.  Before
+        all of these, with up to ``SEED_SHARE`` of the budget, DTR's plans at a series of budgets
+        are adopted as seeds (``seeds.dtr_seeds``): on graphs of thousands of ops the Remat steps
+        alone reach their peaks too slowly."""
         from .greedy import alternatives, greedy_fission
+        from .seeds import dtr_seeds
 
+        t0 = time.perf_counter()
+        self.seeds = dtr_seeds(self, SEED_SHARE * time_budget)
+        time_budget = max(0.0, time_budget - (time.perf_counter() - t0))
         t0 = time.perf_counter()
         res = greedy_fission(self.imported, self.order, self.cost, time_budget=(1 - REMAT_SHARE) * time_budget,
                              ftree=self.ftree)
@@ -532,7 +563,12 @@ class MOptimizer:
             for p in path[len(stack):]:
                 order = order[:p.lo] + list(p.window) + order[p.hi + 1:]
                 stack.append((p, order))
-            out[k] = Plan(method, s.applications(), list(order), dict(s.metrics), labels[k], {"depth": s.depth})
+            stats: dict = {"depth": s.depth}
+            seed = next((self.adopted[p] for p in reversed(path) if p in self.adopted), None)
+            if seed is not None:  # the state is another method's plan, or a state the search reached from one
+                stats["seed"] = seed
+                stats["seed_steps"] = s.depth - next(p.depth for p in reversed(path) if p in self.adopted)
+            out[k] = Plan(method, s.applications(), list(order), dict(s.metrics), labels[k], stats)
         return out
 
 
@@ -604,7 +640,8 @@ def optimize(g: Graph, *, memory_limit: MemoryLimit | str | float | None = None,
             "limit": None if pareto else (str(memory) if memory is not None else latency_limit),
             "limit_bytes": None if memory is None else memory.bytes(m.root.peak),
             "time_budget": time_budget, "seconds": round(time.perf_counter() - t0, 3), "stopped": res.stopped,
-            "ftree_nodes": len(m.ftree.nodes), "states": len(m.seen), "cost": cost_name, "substitutions": substitutions,
+            "ftree_nodes": len(m.ftree.nodes), "states": len(m.seen),
+            "seeds": len(m.seeds.adopted) if m.seeds is not None else 0, "cost": cost_name, "substitutions": substitutions,
             "cost_profile": m.cost.device.name}
     return PlanFile(g.name, graph_hash(g), device, points, [r.to_dict() for r in res.records], meta)
 

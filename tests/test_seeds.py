@@ -1,0 +1,101 @@
+"""Another method's plan adopted into the M-Optimizer's tree (``MOptimizer.adopt``) and the warm
+start's DTR seeds (``search.seeds``): an adopted state has exactly the plan's peak and latency, its
+plan replays to the same schedule and numbers, the evaluator can leave it and come back, the search
+goes on from it with children that equal a from-scratch evaluation, and the warm start's frontier
+is at or below every DTR plan it adopted."""
+
+from __future__ import annotations
+
+import pytest
+
+from core.cost.model import AnalyticCost
+from core.search.moptimizer import MOptimizer
+from core.search.peers.dtr import DTR
+from core.search.plan import replay
+from core.search.seeds import SEED_SLACK, dtr_seeds
+from core.simulate import simulate
+from sample_graphs.store import load_sample_graph
+
+COST = AnalyticCost("rtx3090")
+
+
+@pytest.fixture(scope="module")
+def bert():
+    g = load_sample_graph("bert_tiny")
+    return g, DTR().plans(g, COST, time_budget=30)
+
+
+def test_an_adopted_plan_is_a_state_with_its_numbers_and_schedule(bert):
+    g, plans = bert
+    m = MOptimizer(g, COST)
+    p = min((p for p in plans if p.applications), key=lambda p: p.peak)
+    s = m.adopt(p)
+    assert s is not None and s.depth == len(p.applications)
+    assert s.peak == p.peak and s.latency == pytest.approx(p.latency, rel=1e-9)
+    q = m.plan(s)
+    assert q.order == p.order and [a.params for a in q.applications] == [a.params for a in p.applications]
+    assert q.stats["seed"] == f"dtr {p.label}" and q.stats["seed_steps"] == 0
+    sim = simulate(replay(g, q.applications), q.order, COST)
+    assert sim.peak == s.peak
+    assert m.adopt(p) is None  # the same graph again: already seen
+    # leave it and come back: the same schedule and curve
+    m.ev.goto(m.root)
+    assert m.ev.peak == m.root.peak
+    m.ev.goto(s)
+    assert m.ev.order == p.order and m.ev.peak == p.peak
+
+
+def test_the_search_goes_on_from_an_adopted_state_with_exact_children(bert):
+    g, plans = bert
+    m = MOptimizer(g, COST)
+    p = max((p for p in plans if p.applications), key=lambda p: p.peak)
+    s = m.adopt(p)
+    res = m.search("memory", int(0.9 * s.peak), 3.0, start=s)
+    below = [x for x in m.archive if x.parent is not None and s in x.path()[:-1] + [x] and x is not s]
+    assert res.best.peak <= s.peak
+    for x in below[:5]:  # each child's delta numbers are the simulator's for its graph and schedule
+        q = m.plan(x)
+        sim = simulate(replay(g, q.applications), q.order, COST)
+        assert x.peak == sim.peak and x.latency == pytest.approx(sim.latency, rel=1e-9)
+        assert q.stats["seed"] == f"dtr {p.label}" and q.stats["seed_steps"] >= 1
+
+
+def test_a_wrong_order_is_refused_and_the_state_unchanged(bert):
+    g, plans = bert
+    m = MOptimizer(g, COST)
+    p = next(p for p in plans if p.applications)
+    before = (list(m.ev.order), m.ev.peak, m.ev.state)
+    for app in p.applications[:-1]:
+        m.ev.place(app)
+    here = (list(m.ev.order), m.ev.peak, m.ev.state)
+    with pytest.raises(ValueError, match="does not run every op"):
+        m.ev.place(p.applications[-1], p.order[:-1])
+    assert (list(m.ev.order), m.ev.peak, m.ev.state) == here
+    m.ev.goto(m.root)
+    assert (list(m.ev.order), m.ev.peak, m.ev.state) == before
+
+
+def test_dtr_seeds_adopt_the_lowest_peak_plan_within_each_slack():
+    g = load_sample_graph("gpt_neo_tiny")
+    m = MOptimizer(g, COST)
+    seeds = dtr_seeds(m, 30.0)
+    ran = [v for v in seeds.runs.values() if isinstance(v, tuple)]
+    assert ran and seeds.adopted
+    base = m.root.latency
+    for x in SEED_SLACK:
+        ok = [peak for peak, lat in ran if lat <= x * base]
+        if ok:  # the frontier has a point at or below DTR's best within the slack
+            assert any(s.peak <= min(ok) and s.latency <= x * base * (1 + 1e-9) for s in m.frontier())
+
+
+def test_the_warm_start_begins_with_dtr_seeds_and_optimize_records_them():
+    from core.search.moptimizer import optimize
+
+    g = load_sample_graph("gpt_neo_tiny")
+    held = []
+    pf = optimize(g, pareto=True, time_budget=6, on_start=held.append)
+    m = held[0]
+    assert pf.meta["seeds"] == len(m.seeds.adopted) >= 1
+    front = [p for p in pf.points if p.method == "magis"]
+    for s in m.seeds.adopted:  # every seed is on the answer's frontier or dominated by a point of it
+        assert any(p.peak <= s.peak and p.latency <= s.latency * (1 + 1e-9) for p in front)
