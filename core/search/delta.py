@@ -821,38 +821,50 @@ class DeltaEvaluator:
         self._enter(s, log, changed, saved)
         return s
 
-    def place(self, app: Application, order: Sequence[int] | None = None) -> MState:
-        """Apply ``app`` and make its child the working state without rescheduling: each added op
-        right before its first reader, the rest of the schedule as it stands -- or, with ``order``,
-        the whole schedule replaced by ``order`` (the new graph's ops).  How another method's plan
-        becomes a chain of states (``MOptimizer.adopt``): its applications placed one by one, its
-        own schedule put in with the last.  The child's metrics are the working state's once it is
-        entered (the latency simulated in full where the graph has copies)."""
-        log, changed, saved = self._apply(app)
+    def place(self, apps: Sequence[Application], order: Sequence[int]) -> MState:
+        """Apply ``apps`` and make the last one's child -- their graph, scheduled by ``order`` (its
+        ops, each once) -- the working state, evaluating nothing in between: how another method's
+        plan becomes a chain of states (``MOptimizer.adopt``).  The chain's inner states are steps
+        of the plan, not states of their own (``MState.inner``): each keeps the schedule as it
+        stands (an empty window; the ops they add are scheduled by the last state's window, the
+        whole of ``order``) and carries the last state's metrics.  The last state's curve is
+        computed from scratch, its latency simulated where the graph has copies; leaving it goes
+        back over the whole chain at once (``back``).  ValueError (nothing changed) if ``order``
+        does not run every op of the graph once."""
+        if not apps:
+            raise ValueError("a plan without applications is the state it starts from")
+        chain: list[MState] = []
         try:
-            lo, hi, added = self._region(log)
-            if order is not None:
-                L, R, window = 0, len(self.order) - 1, list(order)
-                check = set(window)
-                if len(check) != len(window) or check != {n.id for n in self.g.ops()}:
-                    raise ValueError(f"{app}: the order given does not run every op of the graph once")
-            else:
-                L, R, window = self._widened_window(lo, hi, added)
+            for app in apps[:-1]:
+                log, changed, saved = self._apply(app)
+                s = MState(self.state, app, 0, -1, (), self.state.metrics, 0, self.state.depth + 1,
+                           inner=True)
+                self._enter(s, log, changed, saved)
+                chain.append(s)
+            log, changed, saved = self._apply(apps[-1])
+            window = list(order)
+            if len(set(window)) != len(window) or set(window) != {n.id for n in self.g.ops()}:
+                self._undo(apps[-1], log, saved)
+                raise ValueError(f"{apps[-1]}: the order given does not run every op of the plan's graph once")
         except BaseException:
-            self._undo(app, log, saved)
+            if chain:  # one step back from an inner step leaves the whole chain
+                self.back()
             raise
         latency = self.latency + self._latency_delta(log)
-        s = MState(self.state, app, L, R, tuple(window), metrics(self.peak, latency), self.wl.value(),
-                   self.state.depth + 1)
-        self._enter(s, log, changed, saved)
+        last = MState(self.state, apps[-1], 0, len(self.order) - 1, tuple(window), self.state.metrics,
+                      self.wl.value(), self.state.depth + 1)
+        self._enter(last, log, changed, saved)
         host = 0
         if self.storages.copy_nodes:
-            peak, latency, host = self._simulated(self.order, log.touched())
+            peak, latency, host = self._simulated(self.order, set())
         else:
+            latency = self._full_latency()
             peak = self.peak
-        s.metrics = metrics(peak, latency, host_bytes=host)
+        last.metrics = metrics(peak, latency, host_bytes=host)
+        for s in chain:
+            s.metrics = last.metrics
         self.latency = latency
-        return s
+        return last
 
     def _enter(self, s: MState, log: EditLog, changed: set[TRef], saved: dict) -> None:
         """Make ``s`` the working state, its application just applied (``log``)."""
@@ -867,6 +879,17 @@ class DeltaEvaluator:
         self.state = s
 
     def _move(self, L: int, R: int, window: list[int], affected: set[TRef], log: EditLog) -> None:
+        if R < L and not window:  # an inner step of an adopted plan: the schedule stays as it is
+            self._retime(log)
+            return
+        if L == 0 and R == len(self.order) - 1:  # the whole schedule (an adopted plan): from scratch
+            self.order = list(window)
+            self.pos = {v: i for i, v in enumerate(self.order)}
+            self.curve = self._full_curve()
+            self._freed = None
+            self._retime(log)
+            self._renw()
+            return
         curve, new_iv, newpos = self._transition(L, R, window, affected)
         delta = len(window) - (R - L + 1)
         if delta:  # positions after the window shift; residents (alloc -1) span the whole schedule
@@ -881,6 +904,11 @@ class DeltaEvaluator:
         self.pos = {v: i for i, v in enumerate(self.order)}
         self.curve = curve
         self._freed = None
+        self._retime(log)
+        self._renw()
+
+    def _retime(self, log: EditLog) -> None:
+        """The cached op times of the ops ``log`` touched."""
         g = self.g
         for v in log.touched():
             node = g.nodes.get(v)
@@ -888,7 +916,10 @@ class DeltaEvaluator:
                 self.times.pop(v, None)
             else:
                 self.times[v] = self.cost.node_time(g, node)
-        nw = self.nw_root
+
+    def _renw(self) -> None:
+        """The narrow-waist values of the schedule, after a move."""
+        g, nw = self.g, self.nw_root
         self.nw = [nw.get(v, nw.get(g.nodes[v].recompute_of or -1, NW_NEW)) for v in self.order]
 
     @property
@@ -899,28 +930,38 @@ class DeltaEvaluator:
         return self._stack[-1][1]
 
     def back(self) -> None:
-        """Return the working state to its parent."""
+        """Return the working state to its parent -- from the last state of an adopted plan
+        (``place``), to the state the plan started from."""
         s, log, old_window, affected, extra = self._stack.pop()
         L = s.lo
         R = L + len(s.window) - 1
         self._undo(s.app, log, extra["saved"])
+        undone = [extra]
+        while s.parent is not None and s.parent.inner:  # the plan's inner steps go too, before the move
+            s, inner_log, _, _, x = self._stack.pop()
+            self._undo(s.app, inner_log, x["saved"])
+            undone.append(x)
         self._move(L, R, list(old_window), affected, log)
-        for v, t in extra["times"].items():
-            if t is None:
-                self.times.pop(v, None)
-            else:
-                self.times[v] = t
-        self.latency = extra["latency"]
+        for x in undone:
+            for v, t in x["times"].items():
+                if t is None:
+                    self.times.pop(v, None)
+                else:
+                    self.times[v] = t
+        self.latency = undone[-1]["latency"]
         self.state = s.parent
 
     def goto(self, target: MState) -> None:
-        """Make ``target`` (any state of this evaluator's tree) the working state."""
+        """Make ``target`` (any state of this evaluator's tree but an adopted plan's inner step)
+        the working state."""
+        if target.inner:
+            raise ValueError("an adopted plan's inner step has no schedule of its own")
         path = target.path()
         here = self.state.path()
         k = 0
         while k < min(len(path), len(here)) and path[k] is here[k]:
             k += 1
-        for _ in range(len(here) - k):
+        while self.state.depth > k:  # (one step back leaves a whole adopted plan)
             self.back()
         for s in path[k:]:
             self.commit(s)

@@ -60,7 +60,7 @@ REMAT_SMALL = 8  # a scan skips hot-spots under 1/8 of the largest it can lower 
 LAZY = 2.0  # remat_steps commits a scan's next child while its latency per byte is within 2x the best
 SWAP_SHARE = 0.25  # the warm start's share for Swap steps (resnet50 at <= 10%: 0.529x -> 0.442x)
 SWAP_FROM = (1.05, 1.10)  # Swap steps start from the lowest-peak state within +5% and within +10% latency
-SEED_SHARE = 0.3  # the warm start's share for running DTR to seed it (``seeds.dtr_seeds``; adopting comes on top)
+SEED_SHARE = 0.45  # the warm start's share for running DTR to seed it (``seeds.dtr_seeds``; adopting comes on top)
 BATCH_SHARE = 0.2  # the warm start's share for micro-batch F-Trans along its Remat chain (batch_fission)
 BATCH_DEPTHS = 24  # states of the Remat chain that batch_fission splits first (evenly spaced)
 BATCH_SLOW = 1.8  # batch_fission skips states and parts beyond this latency (x the imported graph's)
@@ -204,10 +204,7 @@ class MOptimizer:
             return None
         ev = self.ev
         ev.goto(self.root)
-        apps = plan.applications
-        for app in apps[:-1]:
-            ev.place(app)
-        s = ev.place(apps[-1], plan.order)
+        s = ev.place(plan.applications, plan.order)
         if s.hash in self.seen:
             return None
         self.seen.add(s.hash)

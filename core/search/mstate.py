@@ -21,6 +21,7 @@ class MState(HasMetrics):
     metrics: dict[str, float]  # named metrics (``core.metrics``): peak (bytes), latency (s), host_bytes, ...
     hash: int  # canonical graph hash (``search.wl_hash``)
     depth: int = 0
+    inner: bool = False  # an inner step of an adopted plan (``DeltaEvaluator.place``): no schedule of its own
 
     def path(self) -> list[MState]:
         """The states from the root's child down to this one."""
