@@ -11,6 +11,7 @@ against the best other method at <= 10% overhead.  Every latency is the analytic
 
     python bench/zoo.py [--models opt,swin,...] [--methods magis,dtr,...] [--time-budget 20]
                         [--device rtx3090] [--tiny] [--json bench/results/zoo.json]
+    python bench/zoo.py --merge PART.json PART.json ... [--json bench/results/zoo.json]
 
 Captured graphs are cached under ``$MAGIS_CACHE/zoo`` (default ``~/.cache/magis/zoo``) by model
 and size, so a second run searches again without capturing again.  ``--tiny`` runs the tiny
@@ -104,7 +105,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--device", default="rtx3090")
     ap.add_argument("--tiny", action="store_true", help="the tiny variants (a smoke test)")
     ap.add_argument("--json", type=Path, default=None)
+    ap.add_argument("--merge", type=Path, nargs="+", default=None, metavar="PART",
+                    help="print and write (--json) the tables of runs made in parts (each a --json of this "
+                         "bench, same device and budget, its models only) instead of running")
     a = ap.parse_args(argv)
+    if a.merge:
+        return merge(a.merge, a.json)
     names = [n for n in a.models.split(",") if n]
     unknown = [n for n in names if n not in zoo.BY_NAME]
     if unknown:
@@ -120,19 +126,41 @@ def main(argv: list[str] | None = None) -> int:
         except Exception as e:  # noqa: BLE001 -- a model that does not import is a row with its reason
             failed.append({"model": name, "error": f"{type(e).__name__}: {str(e).splitlines()[0][:300]}"})
             say(f"{name}: failed: {failed[-1]['error']}")
-    print(f"{a.device}; every method {a.time_budget:g} s per model; ratios against PyTorch eager of the same run; "
-          f"latencies are the analytic model's predictions")
+    report({"device": a.device, "time_budget": a.time_budget, "tiny": a.tiny, "methods": methods,
+            "models": models, "not_run": failed}, a.json)
+    return 0
+
+
+def report(run: dict, path: Path | None) -> None:
+    """Print a run's tables (every method per model, then MAGIS against the best other) and write
+    it, with the summary rows, to ``path``."""
+    models = run["models"]
+    print(f"{run['device']}; every method {run['time_budget']:g} s per model; ratios against PyTorch eager of the "
+          f"same run; latencies are the analytic model's predictions")
     print(format_table([r for m in models for r in m["rows"]], [f for m in models for f in m["failures"]]))
     print()
     print(format_summary(models))
-    for f in failed:
+    for f in run["not_run"]:
         print(f"{f['model']}: not run: {f['error']}")
-    if a.json:
-        a.json.parent.mkdir(parents=True, exist_ok=True)
-        a.json.write_text(json.dumps({"device": a.device, "time_budget": a.time_budget, "tiny": a.tiny,
-                                      "methods": methods, "models": models, "not_run": failed,
-                                      "versus": [versus(m) for m in models]}, indent=1, default=str))
-        print(f"wrote {a.json}")
+    if path:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps({**run, "versus": [versus(m) for m in models]}, indent=1, default=str))
+        print(f"wrote {path}")
+
+
+def merge(parts: list[Path], path: Path | None) -> int:
+    """One report of runs made in parts (two processes side by side, one model list each)."""
+    runs = [json.loads(p.read_text()) for p in parts]
+    keys = {(r["device"], r["time_budget"], r["tiny"]) for r in runs}
+    if len(keys) != 1:
+        raise SystemExit(f"the parts differ in device, budget or size: {sorted(keys)}")
+    models = {m["model"]: m for r in runs for m in r["models"]}
+    order = [n for n in zoo.NAMES if n in models] + [n for n in models if n not in zoo.NAMES]
+    methods = list(dict.fromkeys(x for r in runs for x in r["methods"]))
+    device, budget, tiny = keys.pop()
+    report({"device": device, "time_budget": budget, "tiny": tiny, "methods": methods,
+            "models": [models[n] for n in order], "not_run": [f for r in runs for f in r["not_run"]],
+            "parts": [str(p) for p in parts]}, path)
     return 0
 
 

@@ -212,6 +212,29 @@ def test_dtr_stays_within_its_budget_and_pays_exactly_its_recomputations():
     assert [p.latency for p in run.plans] == sorted(p.latency for p in run.plans)
 
 
+@pytest.mark.parametrize("name", ["bert_tiny", "resnet50_tiny", "unet_tiny"])
+def test_dtr_floor_is_where_every_budget_below_it_fails(name):
+    """The unbudgeted run's floor -- the most bytes an op needs with everything evictable but its
+    own inputs evicted -- is a lower bound of every budget DTR meets: a run under it fails as
+    infeasible, and the peer skips those budgets with the same reason, without running them."""
+    from core.search.peers.dtr import below_floor
+    from sample_graphs.store import load_sample_graph
+
+    g = load_sample_graph(name)
+    cost = AnalyticCost("rtx3090")
+    _, free = DTRSim(g, cost, None).run()
+    floor, top = free["dtr_floor"], free["dtr_peak"]
+    assert 0 < floor <= top and free["dtr_floor_op"]
+    for limit in (int(floor * 0.99), floor - 1, floor // 2):
+        with pytest.raises(Exception, match="infeasible"):
+            DTRSim(g, cost, limit).run()
+    run = METHODS["dtr"].run(g, cost)
+    for p in run.plans:
+        assert p.stats["budget"] >= floor
+    skipped = [f for f in run.failures if int(float(f.label.split()[1]) * top) < floor]
+    assert all(f.reason == below_floor(int(float(f.label.split()[1]) * top), free) for f in skipped)
+
+
 def test_dtr_evicts_by_h_dtr():
     """Budget 0.9 of 1001 B: at g_loss the 100 B of g_loss must fit, so one activation goes; all
     cost 1 s and have 100 B, so the stalest (a1, last touched first) is evicted, and a later one."""

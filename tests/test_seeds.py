@@ -1,5 +1,5 @@
 """Another method's plan adopted into the M-Optimizer's tree (``MOptimizer.adopt``) and the warm
-start's DTR seeds (``search.seeds``): an adopted state has exactly the plan's peak and latency, its
+start's seeds (``search.seeds``: DTR, offloading with checkpointing): an adopted state has exactly the plan's peak and latency, its
 plan replays to the same schedule and numbers, the evaluator can leave it and come back, the search
 goes on from it with children that equal a from-scratch evaluation, and the warm start's frontier
 is at or below every DTR plan it adopted."""
@@ -12,7 +12,7 @@ from core.cost.model import AnalyticCost
 from core.search.moptimizer import MOptimizer
 from core.search.peers.dtr import DTR
 from core.search.plan import replay
-from core.search.seeds import SEED_SLACK, dtr_seeds
+from core.search.seeds import SEED_SLACK, adopt_seeds, dtr_seeds, offload_seeds
 from core.simulate import simulate
 from sample_graphs.store import load_sample_graph
 
@@ -75,7 +75,7 @@ def test_a_wrong_order_is_refused_and_the_state_unchanged(bert):
 def test_dtr_seeds_adopt_the_lowest_peak_plan_within_each_slack():
     g = load_sample_graph("gpt_neo_tiny")
     m = MOptimizer(g, COST)
-    seeds = dtr_seeds(m, 30.0)
+    seeds = adopt_seeds(m, dtr_seeds(m, 30.0))
     ran = [v for v in seeds.runs.values() if isinstance(v, tuple)]
     assert ran and seeds.adopted
     base = m.root.latency
@@ -83,6 +83,23 @@ def test_dtr_seeds_adopt_the_lowest_peak_plan_within_each_slack():
         ok = [peak for peak, lat in ran if lat <= x * base]
         if ok:  # the frontier has a point at or below DTR's best within the slack
             assert any(s.peak <= min(ok) and s.latency <= x * base * (1 + 1e-9) for s in m.frontier())
+
+
+def test_an_adopted_offloading_plan_keeps_its_simulated_copies():
+    """A plan with swaps (offloading with checkpointing: Remat, then SwapLate) adopted: the state's
+    peak, latency and host bytes are the simulator's for the plan (the copy stream's timing)."""
+    g = load_sample_graph("bert_tiny")
+    m = MOptimizer(g, COST)
+    seeds = offload_seeds(m, 30.0)
+    assert seeds.plans and all(isinstance(v, tuple) for v in seeds.runs.values())
+    for p in seeds.plans:
+        s = m.adopt(p)
+        if s is None:  # the same graph as an earlier plan's
+            continue
+        sim = simulate(replay(g, p.applications), p.order, COST)
+        assert s.peak == sim.peak == p.peak
+        assert s.latency == pytest.approx(sim.latency, rel=1e-9)
+        assert s.metrics["host_bytes"] == sim.memory.host_peak > 0
 
 
 def test_the_warm_start_begins_with_dtr_seeds_and_optimize_records_them():

@@ -60,7 +60,7 @@ REMAT_SMALL = 8  # a scan skips hot-spots under 1/8 of the largest it can lower 
 LAZY = 2.0  # remat_steps commits a scan's next child while its latency per byte is within 2x the best
 SWAP_SHARE = 0.25  # the warm start's share for Swap steps (resnet50 at <= 10%: 0.529x -> 0.442x)
 SWAP_FROM = (1.05, 1.10)  # Swap steps start from the lowest-peak state within +5% and within +10% latency
-SEED_SHARE = 0.45  # the warm start's share for running DTR to seed it (``seeds.dtr_seeds``; adopting comes on top)
+SEED_SHARE = 0.45  # the warm start's share for the seeds' runs (``seeds.seed``; adopting them comes on top)
 BATCH_SHARE = 0.2  # the warm start's share for micro-batch F-Trans along its Remat chain (batch_fission)
 BATCH_DEPTHS = 24  # states of the Remat chain that batch_fission splits first (evenly spaced)
 BATCH_SLOW = 1.8  # batch_fission skips states and parts beyond this latency (x the imported graph's)
@@ -230,13 +230,13 @@ class MOptimizer:
         full, so swaps come after the delta-evaluated Remat chains rather than among them.  Every
         state on the way enters the Pareto archive; the fission chain's end is returned.  Before
         all of these, with up to ``SEED_SHARE`` of the budget, DTR's plans at a series of budgets
-        are adopted as seeds (``seeds.dtr_seeds``): on graphs of thousands of ops the Remat steps
-        alone reach their peaks too slowly."""
+        and those of offloading with checkpointing are adopted as seeds (``seeds.seed``): on graphs
+        of thousands of ops the Remat steps alone reach their peaks too slowly."""
         from .greedy import alternatives, greedy_fission
-        from .seeds import dtr_seeds
+        from .seeds import seed
 
         t0 = time.perf_counter()
-        self.seeds = dtr_seeds(self, SEED_SHARE * time_budget)
+        self.seeds = seed(self, SEED_SHARE * time_budget)
         time_budget = max(0.0, time_budget - (time.perf_counter() - t0))
         t0 = time.perf_counter()
         res = greedy_fission(self.imported, self.order, self.cost, time_budget=(1 - REMAT_SHARE) * time_budget,

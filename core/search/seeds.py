@@ -1,14 +1,17 @@
-"""Seeds of the M-Optimizer's warm start from DTR's eviction (``peers.dtr``).
+"""Seeds of the M-Optimizer's warm start: the plans of DTR (``peers.dtr``) and of offloading with
+checkpointing (``peers.offload_ckpt``), adopted as states of MAGIS's own tree.
 
 On a graph of thousands of ops with many equal layers, MAGIS's Remat steps lower the peak by one
 tensor per step, each step a delta evaluation, so a 20-60 s search reaches the peaks that matter
 only on the smaller graphs (the model zoo: ``bench/zoo.py``).  DTR decides every recomputation of a
-budget in one pass over the schedule, in about a second on such graphs.  So the warm start first
-runs DTR at the budgets a bisection picks for each latency slack of ``SEED_SLACK`` and adopts
-(``MOptimizer.adopt``) the lowest-peak plan within each slack: those plans are states of MAGIS's
-own tree, in its archive, and its later Swap steps and gap searches go on from them.  A seed is
-DTR's plan exactly (its applications are Remat applications, its schedule DTR's execution order),
-so the search's frontier is never above the plans DTR found at the budgets it ran.
+budget in one pass over the schedule, in a second or two on such graphs; offloading what the
+cheap-op checkpointing keeps is one placement of its swaps.  So the warm start first runs DTR at
+the budgets a bisection picks for each latency slack of ``SEED_SLACK``, then offloading with
+checkpointing, and adopts (``MOptimizer.adopt``) the lowest-peak plan within each slack: those
+plans are states of MAGIS's tree, in its archive, and its later Swap steps and gap searches go on
+from them.  A seed is the other method's plan exactly (its applications are Remat and SwapLate
+applications, its schedule the method's), so the frontier is never above the plans the seeds
+found, and a plan that comes from one says so (``Plan.stats["seed"]``).
 """
 
 from __future__ import annotations
@@ -18,50 +21,58 @@ from dataclasses import dataclass, field
 
 from ..ir.graph import Graph
 from .mstate import MState
+from .plan import Plan
 
 SEED_BUDGETS = tuple(round(0.3 + 0.05 * i, 2) for i in range(14))  # fractions of DTR's unbudgeted peak: 0.3 .. 0.95
 SEED_SLACK = (1.10, 1.05, 1.25)  # adopt the lowest-peak plan within each x the imported latency (searched in this order)
+SEED_CHECKPOINTING = ("cheap 0.25",)  # offloading with checkpointing: the cheap ops within 25% of their recomputation
+DTR_SHARE = 0.6  # DTR's share of the seeds' time; offloading with checkpointing gets the rest
 
 
 @dataclass
 class Seeds:
-    """What a seeding pass did: the budgets DTR ran (fraction -> peak, latency or the failure), the
-    states adopted, and its seconds."""
+    """What a seeding pass did: each run ("dtr 0.5", "offload_ckpt cheap ops 25%, all kept") -> its
+    peak and latency or why it failed, the plans made, the states adopted, and its seconds."""
 
-    runs: dict[float, tuple[int, float] | str] = field(default_factory=dict)
+    runs: dict[str, tuple[int, float] | str] = field(default_factory=dict)
+    plans: list[Plan] = field(default_factory=list)
     adopted: list[MState] = field(default_factory=list)
     seconds: float = 0.0
 
 
 def dtr_seeds(m, time_budget: float, budgets: tuple[float, ...] = SEED_BUDGETS,
-              slack: tuple[float, ...] = SEED_SLACK) -> Seeds:
+              slack: tuple[float, ...] = SEED_SLACK, out: Seeds | None = None) -> Seeds:
     """For each of ``slack`` in turn, the lowest of ``budgets`` (fractions of DTR's unbudgeted
     peak, ascending) at which DTR's plan on ``m``'s imported graph stays within that slack x the
     imported latency -- a bisection over ``budgets``, a budget DTR cannot meet (nothing left to
     evict, or it thrashes) counted as too low, each budget run once -- while ``time_budget``
-    lasts; then the lowest-peak plan within each slack is adopted into ``m`` (a plan once)."""
+    lasts; the plans are ``out.plans`` (``adopt_seeds`` adopts them)."""
     from .peers.common import make_plan, realise
-    from .peers.dtr import DTRFailure, DTRSim
+    from .peers.dtr import DTRFailure, DTRSim, below_floor
 
     t0 = time.perf_counter()
-    out = Seeds()
+    out = out if out is not None else Seeds()
     g: Graph = m.imported
     if "remat" not in m.ev.rules:
         return out
     cost, base = m.cost, m.root.latency
     _, free = DTRSim(g, cost, None).run()
     top = free["dtr_peak"]
-    plans: dict[float, object] = {}
+    plans: dict[float, Plan | None] = {}
 
-    def run(b: float):
+    def run(b: float) -> Plan | None:
+        if b not in plans and int(b * top) < free["dtr_floor"]:
+            out.runs[f"dtr {b:g}"] = below_floor(int(b * top), free)
+            plans[b] = None
         if b not in plans:
             try:
                 d, _ = DTRSim(g, cost, int(b * top)).run()
                 p = make_plan("dtr", f"budget {b:g}", realise(g, d), cost)
-                out.runs[b] = (p.peak, p.latency)
+                out.runs[f"dtr {b:g}"] = (p.peak, p.latency)
                 plans[b] = p
+                out.plans.append(p)
             except DTRFailure as e:
-                out.runs[b] = str(e)
+                out.runs[f"dtr {b:g}"] = str(e)
                 plans[b] = None
         return plans[b]
 
@@ -74,18 +85,57 @@ def dtr_seeds(m, time_budget: float, budgets: tuple[float, ...] = SEED_BUDGETS,
                 hi = mid - 1
             else:
                 lo = mid + 1
-    chosen = []
+    out.seconds += time.perf_counter() - t0
+    return out
+
+
+def offload_seeds(m, time_budget: float, modes: tuple[str, ...] = SEED_CHECKPOINTING,
+                  out: Seeds | None = None) -> Seeds:
+    """The plans of offloading with checkpointing (``peers.offload_ckpt``) in ``modes`` within
+    ``time_budget`` (it checks between plans), into ``out.plans``."""
+    from .peers.offload_ckpt import OffloadCkpt
+
+    t0 = time.perf_counter()
+    out = out if out is not None else Seeds()
+    if {"remat", "swap_late"} - set(m.ev.rules) or time_budget <= 0:
+        return out
+    run = OffloadCkpt().run(m.imported, m.cost, time_budget=time_budget, checkpointing=modes)
+    for p in run.plans:
+        out.runs[f"offload_ckpt {p.label}"] = (p.peak, p.latency)
+    out.plans.extend(run.plans)
+    out.seconds += time.perf_counter() - t0
+    return out
+
+
+def adopt_seeds(m, seeds: Seeds, slack: tuple[float, ...] = SEED_SLACK) -> Seeds:
+    """Adopt into ``m`` the lowest-peak plan of ``seeds.plans`` within each of ``slack`` x the
+    imported latency (a plan once)."""
+    t0 = time.perf_counter()
+    base = m.root.latency
+    chosen: list[Plan] = []
     for x in slack:
-        ok = [p for p in plans.values() if p is not None and p.latency <= x * base and p.applications]
+        ok = [p for p in seeds.plans if p.latency <= x * base and p.applications]
         best = min(ok, key=lambda p: (p.peak, p.latency), default=None)
         if best is not None and best not in chosen:
             chosen.append(best)
     for p in chosen:
         s = m.adopt(p)
         if s is not None:
-            out.adopted.append(s)
-    out.seconds = time.perf_counter() - t0
-    return out
+            seeds.adopted.append(s)
+    seeds.seconds += time.perf_counter() - t0
+    return seeds
 
 
-__all__ = ["SEED_BUDGETS", "SEED_SLACK", "Seeds", "dtr_seeds"]
+def seed(m, time_budget: float) -> Seeds:
+    """The warm start's seeds: DTR's bisection with ``DTR_SHARE`` of ``time_budget`` (a run started
+    within it finishes), offloading with checkpointing with what is left of it but at least the
+    rest of the share, then the lowest-peak plan within each slack adopted."""
+    t0 = time.perf_counter()
+    out = dtr_seeds(m, DTR_SHARE * time_budget)
+    left = max(time_budget - (time.perf_counter() - t0), (1 - DTR_SHARE) * time_budget)  # DTR may overrun its share
+    offload_seeds(m, left, out=out)
+    return adopt_seeds(m, out)
+
+
+__all__ = ["DTR_SHARE", "SEED_BUDGETS", "SEED_CHECKPOINTING", "SEED_SLACK", "Seeds", "adopt_seeds", "dtr_seeds",
+           "offload_seeds", "seed"]

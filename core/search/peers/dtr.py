@@ -105,6 +105,9 @@ class DTRSim:
         for s in self.size:  # a storage that cannot be recomputed stays while a recomputation may read it
             if not recomputable(g, s.node) and any(u in may_redo for u in readers[s]):
                 self.last_use[s] = end
+        self.banish: dict[int, list[TRef]] = {}  # step -> the storages whose last use it is
+        for st, last in self.last_use.items():
+            self.banish.setdefault(last, []).append(st)
         self.resident0 = 0  # placeholders: held by the caller for the whole step
         for n in g.placeholders():
             self.resident0 += sum(t.nbytes for t in n.outputs if t.alias is None and t.device == "device")
@@ -125,13 +128,22 @@ class DTRSim:
         self.recomputes = 0
         self.evictions = 0
         self.now = 0
+        self.fixed = self.resident0  # bytes no eviction can free: inputs, and resident storages not evictable
+        self.floor = 0  # the most bytes an op needs with everything evictable but its own inputs evicted
+        self.floor_op = -1
         for i, v in enumerate(self.order):
             self.now = i
+            self.revived: set[TRef] = set()  # storages a recomputation made resident during this step
             self._evaluate(v)
-            for s in [s for s in self.res if self.last_use[s] <= i]:  # banish what no later op reads
-                self._drop(s)
+            # banish what no later op reads: the storages whose last use this step is, and those a
+            # recomputation brought back after their last use (a first computation's storage is
+            # read later or at this step)
+            for s in [*self.banish.get(i, ()), *self.revived]:
+                if s in self.res and self.last_use[s] <= i:
+                    self._drop(s)
         stats = {"evictions": self.evictions, "dtr_recomputes": self.recomputes,
-                 "dtr_peak": self.peak, "dtr_compute_seconds": round(self.clock, 9)}
+                 "dtr_peak": self.peak, "dtr_compute_seconds": round(self.clock, 9), "dtr_floor": self.floor,
+                 "dtr_floor_op": self.g.nodes[self.floor_op].name if self.floor_op >= 0 else ""}
         return RematDecision(self.events, self.reads), stats
 
     # ---- execution -------------------------------------------------------------------------------
@@ -164,6 +176,9 @@ class DTRSim:
                 self._evaluate(r.node)
                 pin_present()
         need = sum(self.size[s] for s in self.own[v])
+        pinned = sum(self.size[s] for s in self.in_st[v] if s in self.evictable and s in self.res)
+        if self.fixed + pinned + need > self.floor:
+            self.floor, self.floor_op = self.fixed + pinned + need, v
         while self.budget is not None and self.mem + need > self.budget:
             victim = self._choose()
             if victim is None:
@@ -181,6 +196,8 @@ class DTRSim:
         self.clock += self.cost[v]
         for s in self.in_st[v]:
             self.access[s] = self.clock
+        if k > 0:
+            self.revived.update(self.own[v])
         for s in self.own[v]:
             self.access[s] = self.clock
             if k > 0 and s in self.kept:  # a copy's graph outputs are not the graph's: they die at once
@@ -191,6 +208,8 @@ class DTRSim:
                     self.valid.discard(w)
             else:
                 self.res.add(s)
+                if s not in self.evictable:
+                    self.fixed += self.size[s]
         self.valid.update(self.vouts[v])
         for s in held:
             self.pinned[s] -= 1
@@ -207,6 +226,8 @@ class DTRSim:
             return
         self.res.discard(s)
         self.mem -= self.size[s]
+        if s not in self.evictable:
+            self.fixed -= self.size[s]
         for w in self.views.get(s, ()):
             self.valid.discard(w)
 
@@ -254,6 +275,13 @@ class DTRSim:
         return best
 
 
+def below_floor(limit: int, free: dict) -> str:
+    """Why a budget under the unbudgeted run's ``dtr_floor`` is infeasible, as a failing run says it."""
+    return (f"infeasible under a budget of {format_bytes(limit)}: {free['dtr_floor_op']!r} needs "
+            f"{format_bytes(free['dtr_floor'])} with everything else evicted (inputs, weights, outputs, random ops "
+            f"and the op's own inputs cannot be evicted)")
+
+
 class DTR(Peer):
     name = "dtr"
     label = "DTR"
@@ -278,6 +306,10 @@ class DTR(Peer):
                 failures.append(Failure(label, f"time budget {time_budget:g} s spent"))
                 continue
             limit = int(b * top)
+            if limit < free["dtr_floor"]:  # no run needed: it would fail at that op
+                failures.append(Failure(label, below_floor(limit, free)))
+                progress(f"dtr {label}: {failures[-1].reason}")
+                continue
             try:
                 d, stats = DTRSim(g, cost, limit, thrash).run()
             except DTRFailure as e:
@@ -292,4 +324,4 @@ class DTR(Peer):
         return plans, failures
 
 
-__all__ = ["BUDGETS", "DTR", "DTRFailure", "DTRSim"]
+__all__ = ["BUDGETS", "DTR", "DTRFailure", "DTRSim", "below_floor"]
