@@ -21,6 +21,7 @@ convergence, as PNG and HTML.
     python bench/pareto.py [--workloads bert_base,...] [--methods magis,dtr,...] [--device rtx3090]
                            [--time-budget 60] [--peer-budget 60] [--substitute K] [--plots bench/results/pareto]
                            [--json bench/results/pareto.json]
+    python bench/pareto.py --merge PART.json PART.json ... [--json bench/results/pareto.json]
 """
 
 from __future__ import annotations
@@ -134,6 +135,26 @@ def replot(path: Path, out: Path) -> None:
             print(f"wrote {p}")
 
 
+def merge(parts: list[Path], path: Path | None) -> None:
+    """One table (and JSON) of runs made in parts -- processes side by side, a workload list each --
+    in the order of the parts; their figures were written by the parts."""
+    docs = [json.loads(p.read_text()) for p in parts]
+    keys = ("device", "time_budget", "peer_budget", "substitute", "checkmate_time_limit", "checkmate_max_vars")
+    confs = {tuple(d.get(k) for k in keys) for d in docs}
+    if len(confs) != 1:
+        raise SystemExit(f"the parts were run with different settings: {sorted(map(str, confs))}")
+    doc = {**{k: docs[0].get(k) for k in keys},
+           "methods": list(dict.fromkeys(m for d in docs for m in d["methods"])), "paper": docs[0].get("paper"),
+           "rows": [r for d in docs for r in d["rows"]], "failures": [f for d in docs for f in d["failures"]],
+           "workloads": [w for d in docs for w in d["workloads"]], "parts": [str(p) for p in parts]}
+    print(_header(doc))
+    print(format_table(doc["rows"], doc["failures"]))
+    if path:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(doc, indent=1))
+        print(f"wrote {path}")
+
+
 def _header(d: dict) -> str:
     return (f"{d['device']}; MAGIS {d['time_budget']:g} s, each peer {d['peer_budget']:g} s per workload; "
             f"ratios against PyTorch eager of the same run")
@@ -164,9 +185,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", type=Path, default=None)
     ap.add_argument("--replot", type=Path, default=None, metavar="JSON",
                     help="print the table and write the figures of an earlier --json, running nothing")
+    ap.add_argument("--merge", type=Path, nargs="+", default=None, metavar="PART",
+                    help="print and write (--json) the table of runs made in parts (each a --json of this "
+                         "script with the same settings, its workloads only), running nothing")
     a = ap.parse_args(argv)
     if a.replot:
         replot(a.replot, a.plots)
+        return 0
+    if a.merge:
+        merge(a.merge, a.json)
         return 0
     methods = [m for m in a.methods.split(",") if m]
     unknown = [m for m in methods if m not in METHODS]
