@@ -485,7 +485,8 @@ def _report_points(a: argparse.Namespace, pf, note: str = "") -> dict[str, Any]:
     rows = [{"point": k, "method": p.method, "label": p.label, "peak_bytes": p.peak, "latency_seconds": p.latency,
              "peak_ratio": p.peak / base.peak if base.peak else 1.0,
              "latency_ratio": p.latency / base.latency if base.latency else 1.0,
-             "applications": len(p.applications)} for k, p in enumerate(pf.points)]
+             "applications": len(p.applications), "seed": p.stats.get("seed"),
+             "seed_steps": p.stats.get("seed_steps")} for k, p in enumerate(pf.points)]
     res = {"output": str(a.output), "points": rows, "meta": pf.meta}
     if a.json:
         print(json.dumps(res, indent=1))
@@ -494,7 +495,9 @@ def _report_points(a: argparse.Namespace, pf, note: str = "") -> dict[str, Any]:
         for r in rows:
             print(f"  [{r['point']}] {r['method']:6s} peak {format_bytes(r['peak_bytes'])} ({r['peak_ratio']:.3f}x)  "
                   f"latency {r['latency_seconds'] * 1e3:.2f} ms ({r['latency_ratio']:.3f}x)  "
-                  f"{plural(r['applications'], 'rule application')}  {r['label']}")
+                  f"{plural(r['applications'], 'rule application')}  {r['label']}"
+                  + (f"  (from the seed {r['seed']}, {plural(r['seed_steps'], 'step')} of MAGIS's own after it)"
+                     if r["seed"] else ""))
     return res
 
 

@@ -113,3 +113,37 @@ def test_the_warm_start_begins_with_dtr_seeds_and_optimize_records_them():
     front = [p for p in pf.points if p.method == "magis"]
     for s in m.seeds.adopted:  # every seed is on the answer's frontier or dominated by a point of it
         assert any(p.peak <= s.peak and p.latency <= s.latency * (1 + 1e-9) for p in front)
+
+
+def test_a_plan_grown_from_a_seed_exports_and_matches_eager(tmp_path, capsys):
+    """A seed (DTR's plan) and MAGIS's own steps after it, as a plan file: ``magis verify --plan``
+    runs the exported script against eager PyTorch (loss and every gradient) and measures the
+    simulated peak; ``magis optimize``'s lines name the seed."""
+    import json
+
+    from app.cli import _report_points, main
+    from core.search.plan import PlanFile, save_plans
+    from core.search.wl_hash import graph_hash
+
+    g = load_sample_graph("bert_tiny")
+    plans = DTR().plans(g, COST, time_budget=30)
+    m = MOptimizer(g, COST)
+    s = m.adopt(max((p for p in plans if p.applications), key=lambda p: p.peak))
+    m.search("memory", int(0.85 * s.peak), 3.0, start=s)
+    grown = [x for x in m.archive if s in x.path() and x is not s]
+    assert grown
+    points = [m.plan(grown[-1], "magis", "grown"), m.plan(m.root, "eager", "traced order")]
+    assert points[0].stats["seed_steps"] >= 1
+    pf = PlanFile(g.name, graph_hash(g), "rtx3090", points)
+    path = tmp_path / "grown.json"
+    save_plans(pf, path)
+    assert main(["verify", "bert_tiny", "--plan", str(path), "--json"]) == 0
+    v = json.loads(capsys.readouterr().out)
+    assert v["ok"] and v["peak_ratio"] == 1.0  # the measured peak is the simulated one
+
+    class A:
+        json, output = False, path
+
+    _report_points(A(), pf)
+    line = capsys.readouterr().out.splitlines()[1]
+    assert f"(from the seed {points[0].stats['seed']}, " in line and "of MAGIS's own after it)" in line
