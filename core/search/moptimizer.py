@@ -233,14 +233,16 @@ class MOptimizer:
         full, so swaps come after the delta-evaluated Remat chains rather than among them.  Every
         state on the way enters the Pareto archive; the fission chain's end is returned.  Before
         all of these, with ``seed_budget`` seconds on top of ``time_budget`` (default:
-        ``SEED_SHARE`` of it), DTR's plans at a series of budgets and those of offloading with
+        ``SEED_SHARE`` of it; what they overrun comes out of ``time_budget``), DTR's plans at a series of budgets and those of offloading with
         checkpointing are adopted as seeds (``seeds.seed``): on graphs of thousands of ops the Remat
         steps alone reach their peaks too slowly."""
         from .greedy import alternatives, greedy_fission
         from .seeds import seed
 
         t0 = time.perf_counter()
-        self.seeds = seed(self, SEED_SHARE * time_budget if seed_budget is None else seed_budget)
+        budget = SEED_SHARE * time_budget if seed_budget is None else seed_budget
+        self.seeds = seed(self, budget)
+        time_budget = max(0.0, time_budget - max(0.0, time.perf_counter() - t0 - budget))  # what the seeds overran
         t0 = time.perf_counter()
         res = greedy_fission(self.imported, self.order, self.cost, time_budget=(1 - REMAT_SHARE) * time_budget,
                              ftree=self.ftree)

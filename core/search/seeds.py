@@ -128,12 +128,11 @@ def adopt_seeds(m, seeds: Seeds, slack: tuple[float, ...] = SEED_SLACK) -> Seeds
 
 def seed(m, time_budget: float) -> Seeds:
     """The warm start's seeds: DTR's bisection with ``DTR_SHARE`` of ``time_budget`` (a run started
-    within it finishes), offloading with checkpointing with what is left of it but at least the
-    rest of the share, then the lowest-peak plan within each slack adopted."""
+    within it finishes), offloading with checkpointing with what is left of it (none if nothing
+    is), then the lowest-peak plan within each slack adopted."""
     t0 = time.perf_counter()
     out = dtr_seeds(m, DTR_SHARE * time_budget)
-    left = max(time_budget - (time.perf_counter() - t0), (1 - DTR_SHARE) * time_budget)  # DTR may overrun its share
-    offload_seeds(m, left, out=out)
+    offload_seeds(m, time_budget - (time.perf_counter() - t0), out=out)
     return adopt_seeds(m, out)
 
 
