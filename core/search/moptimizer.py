@@ -155,7 +155,7 @@ class MOptimizer:
         # the k-th search (1-based) of the sweep's n fixed limits, k > n for a search of a frontier gap
         self.sweep_at: tuple[int, int, int] | None = None
         self._batch_splits: bool | None = None  # ``batch_splits``, checked once
-        self.seeds = None  # the warm start's DTR seeds (``seeds.Seeds``)
+        self.seeds = None  # the warm start's seeds (``seeds.Seeds``)
         self.adopted: dict[MState, str] = {}  # an adopted plan's last state -> "method label"
         self.pareto_archive: ParetoArchive[MState] = ParetoArchive(lambda s: vector(s.metrics, FRONT))
         self.pareto_archive.add(self.root)
@@ -233,9 +233,10 @@ class MOptimizer:
         full, so swaps come after the delta-evaluated Remat chains rather than among them.  Every
         state on the way enters the Pareto archive; the fission chain's end is returned.  Before
         all of these, with ``seed_budget`` seconds on top of ``time_budget`` (default:
-        ``SEED_SHARE`` of it; what they overrun comes out of ``time_budget``), DTR's plans at a series of budgets and those of offloading with
-        checkpointing are adopted as seeds (``seeds.seed``): on graphs of thousands of ops the Remat
-        steps alone reach their peaks too slowly."""
+        ``SEED_SHARE`` of it; what they overrun comes out of ``time_budget``), DTR's plans at a
+        series of budgets and those of offloading with checkpointing are adopted as seeds
+        (``seeds.seed``): on graphs of thousands of ops the Remat steps alone reach their peaks
+        too slowly."""
         from .greedy import alternatives, greedy_fission
         from .seeds import seed
 
