@@ -850,7 +850,6 @@ class DeltaEvaluator:
             if chain:  # one step back from an inner step leaves the whole chain
                 self.back()
             raise
-        latency = self.latency + self._latency_delta(log)
         last = MState(self.state, apps[-1], 0, len(self.order) - 1, tuple(window), self.state.metrics,
                       self.wl.value(), self.state.depth + 1)
         self._enter(last, log, changed, saved)

@@ -567,10 +567,10 @@ class MOptimizer:
                 order = order[:p.lo] + list(p.window) + order[p.hi + 1:]
                 stack.append((p, order))
             stats: dict = {"depth": s.depth}
-            seed = next((self.adopted[p] for p in reversed(path) if p in self.adopted), None)
+            seed = next((p for p in reversed(path) if p in self.adopted), None)
             if seed is not None:  # the state is another method's plan, or a state the search reached from one
-                stats["seed"] = seed
-                stats["seed_steps"] = s.depth - next(p.depth for p in reversed(path) if p in self.adopted)
+                stats["seed"] = self.adopted[seed]
+                stats["seed_steps"] = s.depth - seed.depth
             out[k] = Plan(method, s.applications(), list(order), dict(s.metrics), labels[k], stats)
         return out
 

@@ -47,8 +47,7 @@ def dtr_seeds(m, time_budget: float, budgets: tuple[float, ...] = SEED_BUDGETS,
     imported latency -- a bisection over ``budgets``, a budget DTR cannot meet (nothing left to
     evict, or it thrashes) counted as too low, each budget run once -- while ``time_budget``
     lasts; the plans are ``out.plans`` (``adopt_seeds`` adopts them)."""
-    from .peers.common import make_plan, realise
-    from .peers.dtr import DTRFailure, DTRSim, below_floor
+    from .peers.dtr import DTRFailure, DTRSim, budget_plan
 
     t0 = time.perf_counter()
     out = out if out is not None else Seeds()
@@ -57,17 +56,12 @@ def dtr_seeds(m, time_budget: float, budgets: tuple[float, ...] = SEED_BUDGETS,
         return out
     cost, base = m.cost, m.root.latency
     _, free = DTRSim(g, cost, None).run()
-    top = free["dtr_peak"]
     plans: dict[float, Plan | None] = {}
 
     def run(b: float) -> Plan | None:
-        if b not in plans and int(b * top) < free["dtr_floor"]:
-            out.runs[f"dtr {b:g}"] = below_floor(int(b * top), free)
-            plans[b] = None
         if b not in plans:
             try:
-                d, _ = DTRSim(g, cost, int(b * top)).run()
-                p = make_plan("dtr", f"budget {b:g}", realise(g, d), cost)
+                p = budget_plan(g, cost, b, free)
                 out.runs[f"dtr {b:g}"] = (p.peak, p.latency)
                 plans[b] = p
                 out.plans.append(p)

@@ -37,6 +37,7 @@ from collections import Counter
 from ...fmt import format_bytes
 from ...ir.graph import Graph, NodeKind, TRef
 from ...transform.remat import recomputable
+from ..plan import Plan
 from .base import Peer, eager_peak
 from .common import Failure, Inst, RematDecision, make_plan, realise, traced_order
 
@@ -282,6 +283,18 @@ def below_floor(limit: int, free: dict) -> str:
             f"and the op's own inputs cannot be evicted)")
 
 
+def budget_plan(g: Graph, cost, fraction: float, free: dict, thrash: float = 10.0, **stats) -> Plan:
+    """DTR's plan at ``fraction`` of its unbudgeted peak (``free``: the unbudgeted run's stats), its
+    label "budget F"; DTRFailure where the budget cannot be met -- without a run under the floor."""
+    limit = int(fraction * free["dtr_peak"])
+    if limit < free["dtr_floor"]:  # no run needed: it would fail at that op
+        raise DTRFailure(below_floor(limit, free))
+    d, run_stats = DTRSim(g, cost, limit, thrash).run()
+    return make_plan(DTR.name, f"budget {fraction:g}", realise(g, d), cost, budget=limit, budget_fraction=fraction,
+                     **stats, dtr_unbudgeted_peak=free["dtr_peak"],
+                     heuristic="h_DTR per storage (exact evicted neighbourhood)", **run_stats)
+
+
 class DTR(Peer):
     name = "dtr"
     label = "DTR"
@@ -305,23 +318,15 @@ class DTR(Peer):
             if time.perf_counter() - t0 > time_budget:
                 failures.append(Failure(label, f"time budget {time_budget:g} s spent"))
                 continue
-            limit = int(b * top)
-            if limit < free["dtr_floor"]:  # no run needed: it would fail at that op
-                failures.append(Failure(label, below_floor(limit, free)))
-                progress(f"dtr {label}: {failures[-1].reason}")
-                continue
             try:
-                d, stats = DTRSim(g, cost, limit, thrash).run()
+                p = budget_plan(g, cost, b, free, thrash, eager_fraction=round(int(b * top) / base, 6))
             except DTRFailure as e:
                 failures.append(Failure(label, str(e)))
                 progress(f"dtr {label}: {e}")
                 continue
-            r = realise(g, d)
-            plans.append(make_plan(self.name, label, r, cost, budget=limit, budget_fraction=b,
-                                   eager_fraction=round(limit / base, 6), dtr_unbudgeted_peak=top,
-                                   heuristic="h_DTR per storage (exact evicted neighbourhood)", **stats))
-            progress(f"dtr {label}: {stats['evictions']} evictions, {stats['dtr_recomputes']} recomputations")
+            plans.append(p)
+            progress(f"dtr {label}: {p.stats['evictions']} evictions, {p.stats['dtr_recomputes']} recomputations")
         return plans, failures
 
 
-__all__ = ["BUDGETS", "DTR", "DTRFailure", "DTRSim", "below_floor"]
+__all__ = ["BUDGETS", "DTR", "DTRFailure", "DTRSim", "below_floor", "budget_plan"]
