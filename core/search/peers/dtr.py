@@ -19,7 +19,9 @@ staleness (seconds since its last access), e*(t) = the *evicted neighbourhood*: 
 storages that recomputing t would need (evicted ancestors through evicted ones) and the evicted
 storages whose recomputation would need t (evicted descendants through evicted ones), each op
 counted once.  This is the paper's exact h_DTR, with e* searched per candidate, not the union-find
-approximation h_DTR-eq.  Graph outputs and outputs of ops that draw random numbers are never
+approximation h_DTR-eq; candidates are taken by h's lower bound c(t) / (m(t) s(t)), and a
+search stops once it cannot beat the best h found, which chooses exactly what searching every
+e* whole would (tested) at a fraction of the cost.  Graph outputs and outputs of ops that draw random numbers are never
 evicted.
 
 Budgets are fractions of DTR's own unbudgeted peak (one run with no budget first), as the paper's
@@ -31,6 +33,7 @@ evictable (infeasible) or recomputation exceeds ``thrash`` times the op count (t
 
 from __future__ import annotations
 
+import math
 import time
 from collections import Counter
 
@@ -106,6 +109,14 @@ class DTRSim:
         for s in self.size:  # a storage that cannot be recomputed stays while a recomputation may read it
             if not recomputable(g, s.node) and any(u in may_redo for u in readers[s]):
                 self.last_use[s] = end
+        # e*'s search runs on storage indices: the storages each storage's op reads (up) and the
+        # storages of the ops that read it (down)
+        refs = list(self.size)
+        self.sid = {r: i for i, r in enumerate(refs)}
+        self.s_node = [r.node for r in refs]
+        self.s_last = [self.last_use[r] for r in refs]
+        self.up = [[self.sid[p] for p in self.in_st[r.node]] for r in refs]
+        self.down = [list(dict.fromkeys(self.sid[c] for w in self.readers[r] for c in self.own[w])) for r in refs]
         self.banish: dict[int, list[TRef]] = {}  # step -> the storages whose last use it is
         for st, last in self.last_use.items():
             self.banish.setdefault(last, []).append(st)
@@ -118,6 +129,7 @@ class DTRSim:
         self.mem = self.resident0
         self.peak = self.mem
         self.res: set[TRef] = set()  # resident storages
+        self.ev = [False] * len(self.sid)  # by storage index: computed and not resident (evicted or banished)
         self.valid: set[TRef] = set()  # valid views
         self.inst: dict[int, int] = {}
         self.access: dict[TRef, float] = {}
@@ -209,6 +221,7 @@ class DTRSim:
                     self.valid.discard(w)
             else:
                 self.res.add(s)
+                self.ev[self.sid[s]] = False
                 if s not in self.evictable:
                     self.fixed += self.size[s]
         self.valid.update(self.vouts[v])
@@ -226,6 +239,7 @@ class DTRSim:
         if s not in self.res:
             return
         self.res.discard(s)
+        self.ev[self.sid[s]] = True
         self.mem -= self.size[s]
         if s not in self.evictable:
             self.fixed -= self.size[s]
@@ -237,40 +251,54 @@ class DTRSim:
         self._drop(s)
 
     # ---- the heuristic ---------------------------------------------------------------------------
-    def _evicted(self, s: TRef) -> bool:
-        return s.node in self.inst and s not in self.res
-
-    def _neighbourhood(self, t: TRef) -> set[int]:
-        """The ops of e*(t): evicted ancestor storages reachable through evicted ones, and evicted
-        descendant storages (still to be used) reachable through evicted ones."""
-        seen: set[TRef] = set()
-        stack = [p for p in self.in_st[t.node] if self._evicted(p)]
-        while stack:
-            u = stack.pop()
-            if u in seen:
-                continue
-            seen.add(u)
-            stack.extend(p for p in self.in_st[u.node] if self._evicted(p) and p not in seen)
-        down: set[TRef] = set()
-        stack = [c for w in self.readers[t] for c in self.own[w]
-                 if self._evicted(c) and self.last_use[c] > self.now]
-        while stack:
-            u = stack.pop()
-            if u in down:
-                continue
-            down.add(u)
-            stack.extend(c for w in self.readers[u] for c in self.own[w]
-                         if self._evicted(c) and self.last_use[c] > self.now and c not in down)
-        return {s.node for s in seen | down} - {t.node}
+    def _e_cost(self, t: TRef, cap: float) -> float:
+        """c(t) plus the cost of the ops of e*(t): the evicted ancestor storages reachable through
+        evicted ones, and the evicted descendant storages (still to be used) reachable through
+        evicted ones, each op counted once.  The search stops, returning inf, once the cost found
+        exceeds ``cap`` (costs are never negative, so the whole of e* would exceed it too)."""
+        ev, up, down, last, now, node_of, cost = self.ev, self.up, self.down, self.s_last, self.now, self.s_node, self.cost
+        cap *= 1 + 1e-9  # the running sum rounds; the returned one is exact
+        i = self.sid[t]
+        seen: set[int] = set()
+        nodes = {t.node}
+        total = cost[t.node]
+        for step, first in ((up, [p for p in up[i] if ev[p]]),
+                            (down, [c for c in down[i] if ev[c] and last[c] > now])):
+            stack = first
+            while stack:
+                u = stack.pop()
+                if u in seen:
+                    continue
+                seen.add(u)
+                n = node_of[u]
+                if n not in nodes:
+                    nodes.add(n)
+                    total += cost[n]
+                    if total > cap:
+                        return math.inf
+                if step is up:
+                    stack.extend(p for p in up[u] if ev[p] and p not in seen)
+                else:
+                    stack.extend(c for c in down[u] if ev[c] and last[c] > now and c not in seen)
+        return math.fsum(cost[n] for n in nodes)
 
     def _choose(self) -> TRef | None:
-        best, best_h = None, float("inf")
+        """The evictable resident storage of least h_DTR (ties: the smallest ref).  Candidates are
+        taken in order of h's lower bound c(t) / (m(t) s(t)) (e* adds cost, never removes it); e* is
+        searched only while that bound can beat the best h found, and only until its cost shows it
+        cannot: the same choice as searching every candidate's whole e*, in a fraction of the work."""
+        bounds = []
         for t in self.res:
             if t not in self.evictable or self.pinned[t] > 0:
                 continue
-            c = self.cost[t.node] + sum(self.cost[u] for u in self._neighbourhood(t))
-            stale = self.clock - self.access.get(t, 0.0) + 1e-12
-            h = c / (self.size[t] * stale)
+            m_s = self.size[t] * (self.clock - self.access.get(t, 0.0) + 1e-12)
+            bounds.append((self.cost[t.node] / m_s, m_s, t))
+        bounds.sort(key=lambda b: b[0])
+        best, best_h = None, math.inf
+        for lb, m_s, t in bounds:
+            if lb > best_h:
+                break
+            h = self._e_cost(t, best_h * m_s) / m_s
             if h < best_h or (h == best_h and best is not None and t < best):
                 best, best_h = t, h
         return best
