@@ -11,8 +11,8 @@ import pytest
 from core.cost.model import AnalyticCost
 from core.search.moptimizer import MOptimizer
 from core.search.peers.dtr import DTR
-from core.search.plan import replay
-from core.search.seeds import SEED_SLACK, adopt_seeds, dtr_seeds, offload_seeds
+from core.search.plan import Plan, replay
+from core.search.seeds import SEED_BUDGETS, SEED_SLACK, adopt_seeds, dtr_seeds, offload_seeds
 from core.simulate import simulate
 from sample_graphs.store import load_sample_graph
 
@@ -83,6 +83,35 @@ def test_dtr_seeds_adopt_the_lowest_peak_plan_within_each_slack():
         ok = [peak for peak, lat in ran if lat <= x * base]
         if ok:  # the frontier has a point at or below DTR's best within the slack
             assert any(s.peak <= min(ok) and s.latency <= x * base * (1 + 1e-9) for s in m.frontier())
+
+
+def test_dtr_seeds_refine_between_the_lowest_budget_within_a_slack_and_the_one_below(monkeypatch):
+    """A made-up DTR whose latency is 1 + 0.21 (1 - budget) x the imported one.  Within +10% from
+    budget 0.524: the bisection on the 0.05 grid ends at 0.55 with 0.5 too slow, then the
+    refinement runs 0.525 (1.0998: within) and 0.5125 (1.1024: not).  Within +5% from 0.762: 0.8
+    with 0.75 too slow, then 0.775 and 0.7625 (1.0499), both within.  At +25% the grid's lowest,
+    0.3, is within and nothing is below it."""
+    import core.search.peers.dtr as dtr
+
+    g = load_sample_graph("gpt_neo_tiny")
+    m = MOptimizer(g, COST)
+    base = m.root.latency
+    ran: list[float] = []
+
+    def fake(graph, cost, fraction, free, thrash=10.0, **stats):
+        ran.append(fraction)
+        return Plan("dtr", [], list(m.order), {"peak": int(fraction * 1e6), "latency": base * (1 + 0.21 * (1 - fraction))},
+                    f"budget {fraction:g}")
+
+    monkeypatch.setattr(dtr, "budget_plan", fake)
+    seeds = dtr_seeds(m, 30.0)
+    assert len(ran) == len(set(ran))  # each budget once
+    assert {0.55, 0.5, 0.8, 0.75, 0.3} <= set(ran)
+    assert [b for b in ran if b not in SEED_BUDGETS] == [0.525, 0.5125, 0.775, 0.7625]
+    assert seeds.runs["dtr 0.7625"][1] <= 1.05 * base < seeds.runs["dtr 0.75"][1]
+    ran.clear()
+    dtr_seeds(MOptimizer(g, COST), 30.0, refine=0)
+    assert ran and set(ran) <= set(SEED_BUDGETS)
 
 
 def test_an_adopted_offloading_plan_keeps_its_simulated_copies():

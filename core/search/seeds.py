@@ -26,6 +26,7 @@ from .plan import Plan
 SEED_BUDGETS = tuple(round(0.3 + 0.05 * i, 2) for i in range(14))  # fractions of DTR's unbudgeted peak: 0.3 .. 0.95
 SEED_SLACK = (1.10, 1.05, 1.25)  # adopt the lowest-peak plan within each x the imported latency (searched in this order)
 SEED_CHECKPOINTING = ("cheap 0.25",)  # offloading with checkpointing: the cheap ops within 25% of their recomputation
+SEED_REFINE = 2  # halvings of the budget step between the lowest budget within a slack and the one below it
 DTR_SHARE = 0.6  # DTR's share of the seeds' time; offloading with checkpointing gets the rest
 
 
@@ -41,12 +42,14 @@ class Seeds:
 
 
 def dtr_seeds(m, time_budget: float, budgets: tuple[float, ...] = SEED_BUDGETS,
-              slack: tuple[float, ...] = SEED_SLACK, out: Seeds | None = None) -> Seeds:
+              slack: tuple[float, ...] = SEED_SLACK, out: Seeds | None = None, refine: int = SEED_REFINE) -> Seeds:
     """For each of ``slack`` in turn, the lowest of ``budgets`` (fractions of DTR's unbudgeted
     peak, ascending) at which DTR's plan on ``m``'s imported graph stays within that slack x the
     imported latency -- a bisection over ``budgets``, a budget DTR cannot meet (nothing left to
     evict, or it thrashes) counted as too low, each budget run once -- while ``time_budget``
-    lasts; the plans are ``out.plans`` (``adopt_seeds`` adopts them)."""
+    lasts; then, while it lasts, ``refine`` halvings of the step between each slack's lowest budget
+    and the next lower one that was run (0.5 within and 0.45 not: 0.475, then 0.4625 or 0.4875).
+    The plans are ``out.plans`` (``adopt_seeds`` adopts them)."""
     from .peers.dtr import DTRFailure, DTRSim, budget_plan
 
     t0 = time.perf_counter()
@@ -79,6 +82,16 @@ def dtr_seeds(m, time_budget: float, budgets: tuple[float, ...] = SEED_BUDGETS,
                 hi = mid - 1
             else:
                 lo = mid + 1
+    for x in slack:  # then, time left, between each slack's lowest budget and the one below it
+        for _ in range(refine):
+            ok = [b for b, p in plans.items() if p is not None and p.latency <= x * base]
+            below = [b for b in plans if ok and b < min(ok)]
+            if not below or time.perf_counter() - t0 > time_budget:
+                break
+            mid = round((max(below) + min(ok)) / 2, 4)
+            if mid in plans:
+                break
+            run(mid)
     out.seconds += time.perf_counter() - t0
     return out
 
@@ -130,5 +143,5 @@ def seed(m, time_budget: float) -> Seeds:
     return adopt_seeds(m, out)
 
 
-__all__ = ["DTR_SHARE", "SEED_BUDGETS", "SEED_CHECKPOINTING", "SEED_SLACK", "Seeds", "adopt_seeds", "dtr_seeds",
+__all__ = ["DTR_SHARE", "SEED_BUDGETS", "SEED_CHECKPOINTING", "SEED_REFINE", "SEED_SLACK", "Seeds", "adopt_seeds", "dtr_seeds",
            "offload_seeds", "seed"]
