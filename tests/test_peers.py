@@ -272,6 +272,22 @@ def test_dtr_pruned_choice_is_the_exhaustive_one(name):
     assert evicting >= 2
 
 
+def test_dtr_stops_at_its_deadline():
+    """A run past its deadline stops with DTRTimeout (not a verdict on the budget), and the peer
+    reports such a budget as its time spent, not as infeasible."""
+    import time
+
+    from core.search.peers.dtr import DTRFailure, DTRTimeout
+
+    g, cost = chain(8)
+    with pytest.raises(DTRTimeout, match="time budget spent at op 0"):
+        DTRSim(g, cost, None, deadline=time.perf_counter() - 1).run()
+    assert issubclass(DTRTimeout, DTRFailure)
+    DTRSim(g, cost, None, deadline=time.perf_counter() + 60).run()  # in time: runs
+    run = METHODS["dtr"].run(g, cost, time_budget=0.0, budgets=(0.9,))
+    assert not run.plans and all("time budget" in f.reason for f in run.failures)
+
+
 def test_dtr_evicts_by_h_dtr():
     """Budget 0.9 of 1001 B: at g_loss the 100 B of g_loss must fit, so one activation goes; all
     cost 1 s and have 100 B, so the stalest (a1, last touched first) is evicted, and a later one."""

@@ -86,11 +86,12 @@ def test_dtr_seeds_adopt_the_lowest_peak_plan_within_each_slack():
 
 
 def test_dtr_seeds_refine_between_the_lowest_budget_within_a_slack_and_the_one_below(monkeypatch):
-    """A made-up DTR whose latency is 1 + 0.21 (1 - budget) x the imported one.  Within +10% from
-    budget 0.524: the bisection on the 0.05 grid ends at 0.55 with 0.5 too slow, then the
-    refinement runs 0.525 (1.0998: within) and 0.5125 (1.1024: not).  Within +5% from 0.762: 0.8
-    with 0.75 too slow, then 0.775 and 0.7625 (1.0499), both within.  At +25% the grid's lowest,
-    0.3, is within and nothing is below it."""
+    """A made-up DTR whose latency is 1 + 0.21 (1 - budget) x the imported one, failing under 0.5,
+    its floor at 0.42.
+    Within +10% from budget 0.524: the bisection on the 0.05 grid ends at 0.55 with 0.5 too slow,
+    then the refinement runs 0.525 (1.0998: within) and 0.5125 (1.1024: not).  Within +5% from
+    0.762: 0.8 with 0.75 too slow, then 0.775 and 0.7625 (1.0499), both within.  Within +25% the
+    lowest is 0.5, next to the failing 0.45: no refinement there (DTR thrashes near its floor)."""
     import core.search.peers.dtr as dtr
 
     g = load_sample_graph("gpt_neo_tiny")
@@ -98,17 +99,29 @@ def test_dtr_seeds_refine_between_the_lowest_budget_within_a_slack_and_the_one_b
     base = m.root.latency
     ran: list[float] = []
 
-    def fake(graph, cost, fraction, free, thrash=10.0, **stats):
+    def fake(graph, cost, fraction, free, thrash=10.0, deadline=None, **stats):
         ran.append(fraction)
+        if fraction < 0.5:
+            raise dtr.DTRFailure("infeasible")
         return Plan("dtr", [], list(m.order), {"peak": int(fraction * 1e6), "latency": base * (1 + 0.21 * (1 - fraction))},
                     f"budget {fraction:g}")
 
+    class Unbudgeted:  # DTR's unbudgeted run: a peak of 1 MB, a floor of 0.42 of it
+        def __init__(self, *args, **kwargs):
+            pass
+
+        def run(self):
+            return None, {"dtr_peak": 10**6, "dtr_floor": 420_000}
+
     monkeypatch.setattr(dtr, "budget_plan", fake)
+    monkeypatch.setattr(dtr, "DTRSim", Unbudgeted)
     seeds = dtr_seeds(m, 30.0)
     assert len(ran) == len(set(ran))  # each budget once
-    assert {0.55, 0.5, 0.8, 0.75, 0.3} <= set(ran)
+    assert {0.55, 0.5, 0.45, 0.8, 0.75} <= set(ran)
+    assert min(ran) == 0.45  # the bisection starts above the floor: 0.3-0.4 are never run
     assert [b for b in ran if b not in SEED_BUDGETS] == [0.525, 0.5125, 0.775, 0.7625]
     assert seeds.runs["dtr 0.7625"][1] <= 1.05 * base < seeds.runs["dtr 0.75"][1]
+    assert seeds.runs["dtr 0.45"] == "infeasible"
     ran.clear()
     dtr_seeds(MOptimizer(g, COST), 30.0, refine=0)
     assert ran and set(ran) <= set(SEED_BUDGETS)

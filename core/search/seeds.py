@@ -47,10 +47,12 @@ def dtr_seeds(m, time_budget: float, budgets: tuple[float, ...] = SEED_BUDGETS,
     peak, ascending) at which DTR's plan on ``m``'s imported graph stays within that slack x the
     imported latency -- a bisection over ``budgets``, a budget DTR cannot meet (nothing left to
     evict, or it thrashes) counted as too low, each budget run once -- while ``time_budget``
-    lasts; then, while it lasts, ``refine`` halvings of the step between each slack's lowest budget
-    and the next lower one that was run (0.5 within and 0.45 not: 0.475, then 0.4625 or 0.4875).
-    The plans are ``out.plans`` (``adopt_seeds`` adopts them)."""
-    from .peers.dtr import DTRFailure, DTRSim, budget_plan
+    lasts (a run stops at its end); then, while it lasts, ``refine`` halvings of the step between
+    each slack's lowest budget and the next lower one that was run, where that one gave a plan
+    that is too slow (0.5 within and 0.45 not: 0.475, then 0.4625 or 0.4875; just above a budget
+    DTR cannot meet it may thrash for tens of seconds).  The plans are ``out.plans``
+    (``adopt_seeds`` adopts them)."""
+    from .peers.dtr import DTRFailure, DTRSim, DTRTimeout, budget_plan
 
     t0 = time.perf_counter()
     out = out if out is not None else Seeds()
@@ -64,17 +66,22 @@ def dtr_seeds(m, time_budget: float, budgets: tuple[float, ...] = SEED_BUDGETS,
     def run(b: float) -> Plan | None:
         if b not in plans:
             try:
-                p = budget_plan(g, cost, b, free)
+                p = budget_plan(g, cost, b, free, deadline=t0 + time_budget)
                 out.runs[f"dtr {b:g}"] = (p.peak, p.latency)
                 plans[b] = p
                 out.plans.append(p)
+            except DTRTimeout as e:
+                out.runs[f"dtr {b:g}"] = str(e)
+                return None  # not known: not recorded, so not taken for too low
             except DTRFailure as e:
                 out.runs[f"dtr {b:g}"] = str(e)
                 plans[b] = None
         return plans[b]
 
+    # budgets under the unbudgeted run's floor fail without a run: the bisection starts above them
+    first = next((i for i, b in enumerate(budgets) if int(b * free["dtr_peak"]) >= free["dtr_floor"]), len(budgets))
     for x in slack:
-        lo, hi = 0, len(budgets) - 1  # the answer lies in budgets[lo..hi], or nowhere
+        lo, hi = first, len(budgets) - 1  # the answer lies in budgets[lo..hi], or nowhere
         while lo <= hi and time.perf_counter() - t0 <= time_budget:
             mid = (lo + hi) // 2
             p = run(budgets[mid])
@@ -83,10 +90,10 @@ def dtr_seeds(m, time_budget: float, budgets: tuple[float, ...] = SEED_BUDGETS,
             else:
                 lo = mid + 1
     for x in slack:  # then, time left, between each slack's lowest budget and the one below it
-        for _ in range(refine):
+        for _ in range(refine):  # (where that one ran and was too slow: near a failing one DTR thrashes)
             ok = [b for b, p in plans.items() if p is not None and p.latency <= x * base]
             below = [b for b in plans if ok and b < min(ok)]
-            if not below or time.perf_counter() - t0 > time_budget:
+            if not below or plans[max(below)] is None or time.perf_counter() - t0 > time_budget:
                 break
             mid = round((max(below) + min(ok)) / 2, 4)
             if mid in plans:
@@ -134,14 +141,14 @@ def adopt_seeds(m, seeds: Seeds, slack: tuple[float, ...] = SEED_SLACK) -> Seeds
 
 
 def seed(m, time_budget: float) -> Seeds:
-    """The warm start's seeds: DTR's bisection with ``DTR_SHARE`` of ``time_budget`` (a run started
-    within it finishes), offloading with checkpointing with what is left of it (none if nothing
-    is), then the lowest-peak plan within each slack adopted."""
+    """The warm start's seeds: DTR's bisection with ``DTR_SHARE`` of ``time_budget`` (a run stops at
+    its end), offloading with checkpointing with what is left of it (none if nothing is), then the
+    lowest-peak plan within each slack adopted."""
     t0 = time.perf_counter()
     out = dtr_seeds(m, DTR_SHARE * time_budget)
     offload_seeds(m, time_budget - (time.perf_counter() - t0), out=out)
     return adopt_seeds(m, out)
 
 
-__all__ = ["DTR_SHARE", "SEED_BUDGETS", "SEED_CHECKPOINTING", "SEED_REFINE", "SEED_SLACK", "Seeds", "adopt_seeds", "dtr_seeds",
-           "offload_seeds", "seed"]
+__all__ = ["DTR_SHARE", "SEED_BUDGETS", "SEED_CHECKPOINTING", "SEED_REFINE", "SEED_SLACK", "Seeds", "adopt_seeds",
+           "dtr_seeds", "offload_seeds", "seed"]

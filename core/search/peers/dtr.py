@@ -37,6 +37,8 @@ import math
 import time
 from collections import Counter
 
+import numpy as np
+
 from ...fmt import format_bytes
 from ...ir.graph import Graph, NodeKind, TRef
 from ...transform.remat import recomputable
@@ -51,11 +53,16 @@ class DTRFailure(Exception):
     """The budget cannot be met (infeasible) or DTR thrashes."""
 
 
+class DTRTimeout(DTRFailure):
+    """A run passed its deadline: whether the budget can be met is not known."""
+
+
 class DTRSim:
     """One run of DTR over the traced order of ``g`` under ``budget`` bytes (None: no budget)."""
 
-    def __init__(self, g: Graph, cost, budget: int | None, thrash: float = 10.0) -> None:
-        self.g, self.budget = g, budget
+    def __init__(self, g: Graph, cost, budget: int | None, thrash: float = 10.0,
+                 deadline: float | None = None) -> None:
+        self.g, self.budget, self.deadline = g, budget, deadline
         self.order = traced_order(g)
         self.pos = {v: i for i, v in enumerate(self.order)}
         ops = self.order
@@ -117,6 +124,10 @@ class DTRSim:
         self.s_last = [self.last_use[r] for r in refs]
         self.up = [[self.sid[p] for p in self.in_st[r.node]] for r in refs]
         self.down = [list(dict.fromkeys(self.sid[c] for w in self.readers[r] for c in self.own[w])) for r in refs]
+        self.refs = refs
+        self.s_size = np.array([float(self.size[r]) for r in refs])
+        self.s_cost = np.array([self.cost[r.node] for r in refs])
+        self.s_evictable = np.array([r in self.evictable for r in refs], dtype=bool)
         self.banish: dict[int, list[TRef]] = {}  # step -> the storages whose last use it is
         for st, last in self.last_use.items():
             self.banish.setdefault(last, []).append(st)
@@ -132,8 +143,10 @@ class DTRSim:
         self.ev = [False] * len(self.sid)  # by storage index: computed and not resident (evicted or banished)
         self.valid: set[TRef] = set()  # valid views
         self.inst: dict[int, int] = {}
-        self.access: dict[TRef, float] = {}
-        self.pinned: Counter[TRef] = Counter()
+        n = len(self.refs)
+        self.access = np.zeros(n)  # by storage index: the clock at its last access
+        self.pinned = np.zeros(n, dtype=np.int64)  # by storage index: ops on the stack reading it
+        self.s_res = np.zeros(n, dtype=bool)  # by storage index: resident
         self.needed: Counter[TRef] = Counter()  # read by an op on the stack of computations
         self.clock = 0.0
         self.events: list[Inst] = []
@@ -146,6 +159,8 @@ class DTRSim:
         self.floor_op = -1
         for i, v in enumerate(self.order):
             self.now = i
+            if self.deadline is not None and time.perf_counter() > self.deadline:
+                raise DTRTimeout(f"time budget spent at op {i} of {len(self.order)}")
             self.revived: set[TRef] = set()  # storages a recomputation made resident during this step
             self._evaluate(v)
             # banish what no later op reads: the storages whose last use this step is, and those a
@@ -173,7 +188,7 @@ class DTRSim:
         def pin_present() -> None:  # so rematerialising the rest cannot evict it
             for s in self.in_st[v]:
                 if s in self.res and s not in held:
-                    self.pinned[s] += 1
+                    self.pinned[self.sid[s]] += 1
                     held.add(s)
 
         pin_present()
@@ -208,11 +223,11 @@ class DTRSim:
         self.reads[(v, k)] = {p: self.inst[p] for p in self.preds[v]}
         self.clock += self.cost[v]
         for s in self.in_st[v]:
-            self.access[s] = self.clock
+            self.access[self.sid[s]] = self.clock
         if k > 0:
             self.revived.update(self.own[v])
         for s in self.own[v]:
-            self.access[s] = self.clock
+            self.access[self.sid[s]] = self.clock
             if k > 0 and s in self.kept:  # a copy's graph outputs are not the graph's: they die at once
                 self.mem -= self.size[s]
             elif s in self.res:  # the new copy replaces the resident one (and its views)
@@ -222,11 +237,12 @@ class DTRSim:
             else:
                 self.res.add(s)
                 self.ev[self.sid[s]] = False
+                self.s_res[self.sid[s]] = True
                 if s not in self.evictable:
                     self.fixed += self.size[s]
         self.valid.update(self.vouts[v])
         for s in held:
-            self.pinned[s] -= 1
+            self.pinned[self.sid[s]] -= 1
         self.needed.subtract(self.in_st[v])
         if k > 0:
             for s in self.own[v]:
@@ -240,6 +256,7 @@ class DTRSim:
             return
         self.res.discard(s)
         self.ev[self.sid[s]] = True
+        self.s_res[self.sid[s]] = False
         self.mem -= self.size[s]
         if s not in self.evictable:
             self.fixed -= self.size[s]
@@ -287,18 +304,15 @@ class DTRSim:
         taken in order of h's lower bound c(t) / (m(t) s(t)) (e* adds cost, never removes it); e* is
         searched only while that bound can beat the best h found, and only until its cost shows it
         cannot: the same choice as searching every candidate's whole e*, in a fraction of the work."""
-        bounds = []
-        for t in self.res:
-            if t not in self.evictable or self.pinned[t] > 0:
-                continue
-            m_s = self.size[t] * (self.clock - self.access.get(t, 0.0) + 1e-12)
-            bounds.append((self.cost[t.node] / m_s, m_s, t))
-        bounds.sort(key=lambda b: b[0])
+        cand = np.flatnonzero(self.s_res & self.s_evictable & (self.pinned <= 0))
+        m_s = self.s_size[cand] * (self.clock - self.access[cand] + 1e-12)
+        lb = self.s_cost[cand] / m_s
         best, best_h = None, math.inf
-        for lb, m_s, t in bounds:
-            if lb > best_h:
+        for k in np.argsort(lb, kind="stable").tolist():
+            if lb[k] > best_h:
                 break
-            h = self._e_cost(t, best_h * m_s) / m_s
+            t, ms = self.refs[cand[k]], float(m_s[k])
+            h = self._e_cost(t, best_h * ms) / ms
             if h < best_h or (h == best_h and best is not None and t < best):
                 best, best_h = t, h
         return best
@@ -311,13 +325,15 @@ def below_floor(limit: int, free: dict) -> str:
             f"and the op's own inputs cannot be evicted)")
 
 
-def budget_plan(g: Graph, cost, fraction: float, free: dict, thrash: float = 10.0, **stats) -> Plan:
+def budget_plan(g: Graph, cost, fraction: float, free: dict, thrash: float = 10.0, deadline: float | None = None,
+                **stats) -> Plan:
     """DTR's plan at ``fraction`` of its unbudgeted peak (``free``: the unbudgeted run's stats), its
-    label "budget F"; DTRFailure where the budget cannot be met -- without a run under the floor."""
+    label "budget F"; DTRFailure where the budget cannot be met -- without a run under the floor --
+    and DTRTimeout where the run passes ``deadline`` (a ``time.perf_counter()`` value)."""
     limit = int(fraction * free["dtr_peak"])
     if limit < free["dtr_floor"]:  # no run needed: it would fail at that op
         raise DTRFailure(below_floor(limit, free))
-    d, run_stats = DTRSim(g, cost, limit, thrash).run()
+    d, run_stats = DTRSim(g, cost, limit, thrash, deadline).run()
     return make_plan(DTR.name, f"budget {fraction:g}", realise(g, d), cost, budget=limit, budget_fraction=fraction,
                      **stats, dtr_unbudgeted_peak=free["dtr_peak"],
                      heuristic="h_DTR per storage (exact evicted neighbourhood)", **run_stats)
@@ -347,7 +363,11 @@ class DTR(Peer):
                 failures.append(Failure(label, f"time budget {time_budget:g} s spent"))
                 continue
             try:
-                p = budget_plan(g, cost, b, free, thrash, eager_fraction=round(int(b * top) / base, 6))
+                p = budget_plan(g, cost, b, free, thrash, deadline=t0 + time_budget,
+                                eager_fraction=round(int(b * top) / base, 6))
+            except DTRTimeout:
+                failures.append(Failure(label, f"time budget {time_budget:g} s spent during the run"))
+                continue
             except DTRFailure as e:
                 failures.append(Failure(label, str(e)))
                 progress(f"dtr {label}: {e}")
@@ -357,4 +377,4 @@ class DTR(Peer):
         return plans, failures
 
 
-__all__ = ["BUDGETS", "DTR", "DTRFailure", "DTRSim", "below_floor", "budget_plan"]
+__all__ = ["BUDGETS", "DTR", "DTRFailure", "DTRSim", "DTRTimeout", "below_floor", "budget_plan"]
