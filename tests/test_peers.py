@@ -241,8 +241,8 @@ class _ExhaustiveDTR(DTRSim):
     def _choose(self):
         best, best_h = None, float("inf")
         for t in self.res:
-            if t in self.evictable and self.pinned[t] <= 0:
-                stale = self.clock - self.access.get(t, 0.0) + 1e-12
+            if t in self.evictable and self.pinned[self.sid[t]] <= 0:
+                stale = self.clock - float(self.access[self.sid[t]]) + 1e-12
                 h = self._e_cost(t, float("inf")) / (self.size[t] * stale)
                 if h < best_h or (h == best_h and best is not None and t < best):
                     best, best_h = t, h
@@ -355,7 +355,7 @@ def test_dtr_recomputes_a_whole_op_for_one_evicted_output():
         dropped: list = []
 
         def _choose(self):
-            return m if m in self.res and not self.pinned[m] else super()._choose()
+            return m if m in self.res and not self.pinned[self.sid[m]] else super()._choose()
 
         def _drop(self, s):
             if s in self.res:
