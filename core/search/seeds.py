@@ -47,12 +47,12 @@ def dtr_seeds(m, time_budget: float, budgets: tuple[float, ...] = SEED_BUDGETS,
     peak, ascending) at which DTR's plan on ``m``'s imported graph stays within that slack x the
     imported latency -- a bisection over ``budgets`` above the unbudgeted run's floor, splitting
     each range a third of the way up, a budget DTR cannot meet (nothing left to evict, or it
-    thrashes) counted as too low, each budget run once -- while ``time_budget``
-    lasts (a run stops at its end); then, while it lasts, ``refine`` halvings of the step between
-    each slack's lowest budget and the next lower one that was run, where that one gave a plan
-    that is too slow (0.5 within and 0.45 not: 0.475, then 0.4625 or 0.4875; just above a budget
-    DTR cannot meet it may thrash for tens of seconds).  The plans are ``out.plans``
-    (``adopt_seeds`` adopts them)."""
+    thrashes) counted as too low, each budget run once -- while ``time_budget`` lasts (a run
+    stops at its end); then, while it lasts, ``refine`` halvings of the step between each slack's
+    lowest budget and the next lower one that was run, where that one gave a plan that is too
+    slow (0.5 within and 0.45 not: 0.475, then 0.4625 or 0.4875; just above a budget DTR cannot
+    meet it may thrash for tens of seconds).  The plans are ``out.plans`` (``adopt_seeds`` adopts
+    them)."""
     from .peers.dtr import DTRFailure, DTRSim, DTRTimeout, budget_plan
 
     t0 = time.perf_counter()

@@ -19,16 +19,17 @@ staleness (seconds since its last access), e*(t) = the *evicted neighbourhood*: 
 storages that recomputing t would need (evicted ancestors through evicted ones) and the evicted
 storages whose recomputation would need t (evicted descendants through evicted ones), each op
 counted once.  This is the paper's exact h_DTR, with e* searched per candidate, not the union-find
-approximation h_DTR-eq; candidates are taken by h's lower bound c(t) / (m(t) s(t)), and a
-search stops once it cannot beat the best h found, which chooses exactly what searching every
-e* whole would (tested) at a fraction of the cost.  Graph outputs and outputs of ops that draw random numbers are never
-evicted.
+approximation h_DTR-eq; candidates are taken by h's lower bound c(t) / (m(t) s(t)), and a search
+stops once it cannot beat the best h found, which chooses exactly what searching every e* whole
+would (tested) at a fraction of the cost.  Graph outputs and outputs of ops that draw random
+numbers are never evicted.
 
 Budgets are fractions of DTR's own unbudgeted peak (one run with no budget first), as the paper's
 evaluation sets them (ratios of the peak without rematerialisation).  Every computation is an
 instance; which instance each reader read becomes remat applications (``common.realise``), and
 DTR's execution order is the plan's schedule.  A budget fails when an allocation finds nothing
-evictable (infeasible) or recomputation exceeds ``thrash`` times the op count (thrashing).
+evictable (infeasible) or recomputation exceeds ``thrash`` times the op count (thrashing); a
+run stops at its deadline (DTRTimeout: the budget's fate unknown).
 """
 
 from __future__ import annotations
