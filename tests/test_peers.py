@@ -235,20 +235,6 @@ def test_dtr_floor_is_where_every_budget_below_it_fails(name):
     assert all(f.reason == below_floor(int(float(f.label.split()[1]) * top), free) for f in skipped)
 
 
-class _ExhaustiveDTR(DTRSim):
-    """DTR choosing as the paper writes it: every candidate's whole e* searched, the least h taken."""
-
-    def _choose(self):
-        best, best_h = None, float("inf")
-        for t in self.res:
-            if t in self.evictable and self.pinned[self.sid[t]] <= 0:
-                stale = self.clock - float(self.access[self.sid[t]]) + 1e-12
-                h = self._e_cost(t, float("inf")) / (self.size[t] * stale)
-                if h < best_h or (h == best_h and best is not None and t < best):
-                    best, best_h = t, h
-        return best
-
-
 @pytest.mark.parametrize("name", ["bert_tiny", "resnet50", "unet_tiny", "gpt_neo_tiny"])
 def test_dtr_pruned_choice_is_the_exhaustive_one(name):
     """_choose takes candidates by h's lower bound and cuts e*'s search once it cannot win: every
@@ -261,15 +247,30 @@ def test_dtr_pruned_choice_is_the_exhaustive_one(name):
     evicting = 0
     for frac in BUDGETS:
         got = []
-        for sim in (DTRSim, _ExhaustiveDTR):
+        for exhaustive in (False, True):
             try:
-                d, stats = sim(g, cost, int(frac * free["dtr_peak"])).run()
+                d, stats = DTRSim(g, cost, int(frac * free["dtr_peak"]), exhaustive=exhaustive).run()
                 got.append((d.events, d.reads, stats))
             except Exception as e:  # noqa: BLE001 -- the failure itself is compared
                 got.append(str(e))
         assert got[0] == got[1], frac
         evicting += isinstance(got[0], tuple) and got[0][2]["evictions"] > 0
     assert evicting >= 2
+
+
+def test_bench_dtr_choice_reports_the_same_decisions(tmp_path, capsys):
+    """``bench/dtr_choice.py`` times both choices per budget and says whether they agree."""
+    import json
+
+    from bench.dtr_choice import main
+
+    out = tmp_path / "dtr_choice.json"
+    assert main(["--workloads", "gpt_neo_tiny,bert_tiny", "--budgets", "0.7,0.9", "--json", str(out)]) == 0
+    rows = json.loads(out.read_text())["rows"]
+    assert [(r["workload"], r["budget"]) for r in rows] == [("gpt_neo_tiny", 0.7), ("gpt_neo_tiny", 0.9),
+                                                             ("bert_tiny", 0.7), ("bert_tiny", 0.9)]
+    assert all(r["same"] and r["exhaustive_seconds"] > 0 and r["pruned_seconds"] > 0 for r in rows)
+    assert "gpt_neo_tiny" in capsys.readouterr().out
 
 
 def test_dtr_stops_at_its_deadline():

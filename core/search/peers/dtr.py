@@ -62,8 +62,9 @@ class DTRSim:
     """One run of DTR over the traced order of ``g`` under ``budget`` bytes (None: no budget)."""
 
     def __init__(self, g: Graph, cost, budget: int | None, thrash: float = 10.0,
-                 deadline: float | None = None) -> None:
+                 deadline: float | None = None, exhaustive: bool = False) -> None:
         self.g, self.budget, self.deadline = g, budget, deadline
+        self.exhaustive = exhaustive  # every candidate's whole e* searched (the reference for _choose)
         self.order = traced_order(g)
         self.pos = {v: i for i, v in enumerate(self.order)}
         ops = self.order
@@ -304,11 +305,19 @@ class DTRSim:
         """The evictable resident storage of least h_DTR (ties: the smallest ref).  Candidates are
         taken in order of h's lower bound c(t) / (m(t) s(t)) (e* adds cost, never removes it); e* is
         searched only while that bound can beat the best h found, and only until its cost shows it
-        cannot: the same choice as searching every candidate's whole e*, in a fraction of the work."""
+        cannot: the same choice as searching every candidate's whole e*, in a fraction of the work
+        (``exhaustive``: every one searched whole, as the paper writes it)."""
         cand = np.flatnonzero(self.s_res & self.s_evictable & (self.pinned <= 0))
         m_s = self.s_size[cand] * (self.clock - self.access[cand] + 1e-12)
         lb = self.s_cost[cand] / m_s
         best, best_h = None, math.inf
+        if self.exhaustive:
+            for k in range(len(cand)):
+                t, ms = self.refs[cand[k]], float(m_s[k])
+                h = self._e_cost(t, math.inf) / ms
+                if h < best_h or (h == best_h and best is not None and t < best):
+                    best, best_h = t, h
+            return best
         for k in np.argsort(lb, kind="stable").tolist():
             if lb[k] > best_h:
                 break
