@@ -92,11 +92,11 @@ def dtr_seeds(m, time_budget: float, budgets: tuple[float, ...] = SEED_BUDGETS,
                 lo = mid + 1
     for x in slack:  # then, time left, between each slack's lowest budget and the one below it
         for _ in range(refine):  # (where that one ran and was too slow: near a failing one DTR thrashes)
-            ok = [b for b, p in plans.items() if p is not None and p.latency <= x * base]
-            below = [b for b in plans if ok and b < min(ok)]
-            if not below or plans[max(below)] is None or time.perf_counter() - t0 > time_budget:
+            lowest = min((b for b, p in plans.items() if p is not None and p.latency <= x * base), default=None)
+            below = max((b for b in plans if lowest is not None and b < lowest), default=None)
+            if below is None or plans[below] is None or time.perf_counter() - t0 > time_budget:
                 break
-            mid = round((max(below) + min(ok)) / 2, 4)
+            mid = round((below + lowest) / 2, 4)
             if mid in plans:
                 break
             run(mid)
