@@ -13,7 +13,16 @@ import pytest
 
 from app.cli import main
 from core.cost import AnalyticCost, get_device
-from core.cost.calibrate import calibrate, effective, fit, load_calibrated, predict, profile_path, to_profile
+from core.cost.calibrate import (
+    calibrate,
+    effective,
+    fit,
+    held_out_errors,
+    load_calibrated,
+    predict,
+    profile_path,
+    to_profile,
+)
 from core.cost.choice import COST_MODELS, check_cost, cost_device, make_cost
 from core.cost.devices import profile_from_dict, profile_to_dict
 from core.cost.measured import MeasuredCost
@@ -76,6 +85,65 @@ def test_calibrated_profile_is_what_the_analytic_model_uses():
         cls, f, b = op_features(g, node)
         assert cost.node_time(g, node) == pytest.approx(predict(TRUE, cls, f, b), rel=1e-9)
     assert profile_from_dict(json.loads(json.dumps(profile_to_dict(prof)))) == prof
+
+
+def _op_records(op: str, cls: str, pair: tuple[float, float], n: int, seed: int) -> list[dict]:
+    rng = random.Random(seed)
+    out = []
+    for _ in range(n):
+        f, b = 10 ** rng.uniform(3, 9), 10 ** rng.uniform(3, 8)
+        out.append({"op": op, "cls": cls, "flops": f, "bytes": b, "t": predict(TRUE, cls, f, b, pair)})
+    return out
+
+
+def test_per_op_pairs_are_fitted_where_one_roofline_is_off_by_a_factor():
+    """A convolution 3x slower than the roofline with a 30 us fixed cost, a max-pool 10x slower, and
+    ops the roofline describes: one roofline for all misses by a wide margin; with a (c0, s) pair per
+    op fitted together with it, every op is timed right again (only the products s / P and s / W are
+    determined, so the test compares times, not constants)."""
+    conv, pool = (30e-6, 3.0), (TRUE["c0"], 10.0)
+    recs = synthetic(TRUE, n=60)
+    recs = [dict(r, op="aten.add.Tensor" if r["cls"] == "memory" else "aten.mm.default") for r in recs]
+    recs += _op_records("aten.convolution.default", "compute", conv, 20, 1)
+    recs += _op_records("aten.max_pool2d_with_indices.default", "memory", pool, 20, 2)
+    flat, flat_report = fit(recs, get_device("cpu"), per_op=False)
+    consts, report = fit(recs, get_device("cpu"))
+    assert "op_fits" not in flat
+    fits = consts["op_fits"]
+    assert set(fits) == {"aten.add.Tensor", "aten.mm.default", "aten.convolution.default",
+                         "aten.max_pool2d_with_indices.default", "category:elementwise", "category:matmul",
+                         "category:conv", "category:pool"}  # the categories' pairs time their ops never timed
+    for r in recs:
+        got = predict(consts, r["cls"], r["flops"], r["bytes"], fits[r["op"]])
+        assert got == pytest.approx(r["t"], rel=0.02), r["op"]
+    assert fits["aten.convolution.default"][0] == pytest.approx(30e-6, rel=0.02)
+    assert report["rms_log_error_after"] < 0.01 and flat_report["rms_log_error_after"] > 0.3
+    assert report["op_fits"] == len(fits)
+
+
+def test_an_op_is_timed_by_its_own_pair_else_its_category_else_the_global_constants():
+    base = get_device("cpu")
+    consts = dict(TRUE, op_fits={"aten.mm.default": (20e-6, 2.0), "category:elementwise": (1e-6, 0.5)})
+    prof = to_profile(base, consts)
+    assert prof.op_fit("aten.mm.default", "matmul") == (20e-6, 2.0)
+    assert prof.op_fit("aten.relu.default", "elementwise") == (1e-6, 0.5)  # untimed op, timed category
+    assert prof.op_fit("aten.convolution.default", "conv") == (TRUE["c0"], 1.0)  # neither: global
+    g, _ = mlp()  # two matmuls and a relu
+    cost = AnalyticCost(prof)
+    pairs = {"aten.mm.default": (20e-6, 2.0), "aten.relu.default": (1e-6, 0.5)}
+    for node in g.ops():
+        cls, f, b = op_features(g, node)
+        assert cost.node_time(g, node) == pytest.approx(predict(TRUE, cls, f, b, pairs[node.op]), rel=1e-9)
+    assert profile_from_dict(json.loads(json.dumps(profile_to_dict(prof)))) == prof
+
+
+def test_held_out_error_predicts_each_signature_from_the_others():
+    """Every record predicted once, by a fit that did not see it; on timings the model describes
+    exactly, the held-out error is as small as the in-sample one."""
+    recs = [dict(r, op="aten.mm.default" if r["cls"] == "compute" else "aten.add.Tensor") for r in synthetic(TRUE)]
+    held = held_out_errors(recs, get_device("cpu"))
+    assert len(held) == len(recs)
+    assert float(abs(held).max()) < 0.01
 
 
 def test_a_constant_the_timings_cannot_see_stays_at_the_base_profile():

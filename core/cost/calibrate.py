@@ -13,8 +13,17 @@ starts: the base profile's constants and a guess from the data; a weak prior tow
 constants keeps those the timings do not determine); the view constant is the geometric
 mean of the views' timings (the least-squares answer in log space); the host bandwidth is measured
 (``measured.host_bandwidth``) or fitted from timed Store/Load copies.  A class without timings
-keeps the base profile's constant.  The result is a :class:`DeviceProfile` named
-``<base>-calibrated``, saved as JSON next to the op-time cache.
+keeps the base profile's constant.
+
+One roofline for every kernel is off by a factor per kind of op (on a CPU a convolution runs far
+below the matmul peak and has a larger fixed cost; a max-pool is slower than its bytes say), so the
+fit then refines, per ops category with at least ``MIN_GROUP`` timed signatures and then per op,
+a pair (c0, s): t = c0 + s * max(F / P, B / W), each pulled towards its parent's pair (the
+category's, then the global (c0, 1)) by a prior of weight ``GROUP_PRIOR``.  These pairs are the
+profile's ``op_fits``; an op of a kind never timed keeps the global constants.  The report gives
+the error before, after, and held out (each quarter of the signatures predicted by a fit to the
+other three: what an op shape never timed can expect).  The result is a :class:`DeviceProfile`
+named ``<base>-calibrated``, saved as JSON next to the op-time cache.
 """
 
 from __future__ import annotations
@@ -33,6 +42,9 @@ from .devices import DeviceProfile, get_device, profile_from_dict, profile_to_di
 
 MIN_T = 1e-9  # timings below this (a clock's resolution) are not used
 PRIOR_WEIGHT = 1e-3  # residual weight of log(constant / base constant) per fitted constant
+MIN_GROUP = 3  # timed signatures an op (or a category) needs for a (c0, s) pair of its own
+GROUP_PRIOR = 0.3  # residual weight of log(pair / parent pair)
+HELD_OUT_FOLDS = 4
 
 
 def _default_cache_dir() -> Path:
@@ -56,26 +68,97 @@ def effective(p: DeviceProfile) -> dict[str, float]:
             "view": p.view_overhead, "host_bandwidth": p.host_bandwidth}
 
 
-def predict(consts: dict[str, float], cls: str, flops: float, nbytes: float) -> float:
-    """The roofline's seconds for one op of class ``cls`` under the effective ``consts``."""
+def predict(consts: dict[str, float], cls: str, flops: float, nbytes: float,
+            pair: tuple[float, float] | None = None) -> float:
+    """The roofline's seconds for one op of class ``cls`` under the effective ``consts``; ``pair``:
+    the op's own (c0, s) (``op_pair``), else the global c0 and 1."""
     if cls == "view":
         return consts["view"]
     if cls == "copy":
         return consts["c0"] + nbytes / consts["host_bandwidth"]
+    c0, s = pair or (consts["c0"], 1.0)
     peak = consts["compute"] if cls == "compute" else consts["vector"]
-    return consts["c0"] + max(flops / peak, nbytes / consts["bandwidth"])
+    return c0 + s * max(flops / peak, nbytes / consts["bandwidth"])
 
 
-def log_errors(consts: dict[str, float], records: Iterable[dict[str, Any]]) -> np.ndarray:
-    """log(predicted / measured) of every usable record."""
-    out = [math.log(max(predict(consts, r["cls"], r["flops"], r["bytes"]), MIN_T) / r["t"])
+def _category(op: str | None) -> str | None:
+    from ..ir import ops
+
+    d = ops.get(op) if op else None
+    return d.category if d is not None else None
+
+
+def op_pair(fits: dict[str, tuple[float, float]], op: str | None) -> tuple[float, float] | None:
+    """An op's fitted (c0, s): its own, else its category's (the lookup of ``DeviceProfile.op_fit``)."""
+    if not fits:
+        return None
+    return fits.get(op or "") or fits.get(f"category:{_category(op)}")
+
+
+def log_errors(consts: dict[str, Any], records: Iterable[dict[str, Any]]) -> np.ndarray:
+    """log(predicted / measured) of every usable record (with ``consts["op_fits"]`` where fitted)."""
+    fits = consts.get("op_fits") or {}
+    out = [math.log(max(predict(consts, r["cls"], r["flops"], r["bytes"], op_pair(fits, r.get("op"))), MIN_T)
+                    / r["t"])
            for r in records if r["t"] > MIN_T]
     return np.asarray(out, dtype=float)
 
 
-def fit(records: Sequence[dict[str, Any]], base: DeviceProfile) -> tuple[dict[str, float], dict[str, Any]]:
-    """Fitted effective constants (see :func:`effective`) and a report (counts per class, rms and
-    median absolute log error before and after)."""
+def fit_op_pairs(consts: dict[str, Any], records: Sequence[dict[str, Any]]
+                 ) -> tuple[dict[str, float], dict[str, tuple[float, float]]]:
+    """The roofline's throughputs refitted together with a (c0, s) pair per ops category and per op
+    with at least ``MIN_GROUP`` kernel timings (one least squares in log space; each pair pulled
+    towards its parent's: the op's towards its category's, a category's towards (c0, 1)).  Returns
+    the refitted global constants and the pairs."""
+    from scipy.optimize import least_squares
+
+    kernels = [r for r in records if r["cls"] in ("compute", "memory") and r["t"] > MIN_T and r.get("op")]
+    cats: dict[str, list[int]] = {}
+    by_op: dict[str, list[int]] = {}
+    for i, r in enumerate(kernels):
+        cat = _category(r["op"])
+        if cat is not None:
+            cats.setdefault(f"category:{cat}", []).append(i)
+        by_op.setdefault(r["op"], []).append(i)
+    groups = [k for k in sorted(cats) if len(cats[k]) >= MIN_GROUP]
+    groups += [k for k in sorted(by_op) if len(by_op[k]) >= MIN_GROUP]
+    if not groups:
+        return dict(consts), {}
+    gi = {k: j for j, k in enumerate(groups)}
+    owner = np.full(len(kernels), -1)
+    for k in groups:  # categories first, then ops: an op's own pair wins
+        owner[cats[k] if k.startswith("category:") else by_op[k]] = gi[k]
+    parent = np.array([-1 if k.startswith("category:") else gi.get(f"category:{_category(k)}", -1) for k in groups])
+    names = ["c0", "compute", "vector", "bandwidth"]
+    t = np.log([r["t"] for r in kernels])
+    fl = np.array([r["flops"] for r in kernels])
+    nb = np.array([r["bytes"] for r in kernels])
+    is_mm = np.array([r["cls"] == "compute" for r in kernels])
+    x0 = np.concatenate([np.log([consts[n] for n in names]), np.tile([math.log(consts["c0"]), 0.0], len(groups))])
+    prior = x0[:4].copy()
+    has = owner >= 0
+
+    def resid(x: np.ndarray) -> np.ndarray:
+        c0, pc, pv, w = np.exp(x[:4])
+        pairs = x[4:].reshape(-1, 2)
+        lc0 = np.where(has, pairs[owner, 0], x[0])
+        ls = np.where(has, pairs[owner, 1], 0.0)
+        roof = np.maximum(fl / np.where(is_mm, pc, pv), nb / w)
+        up = np.where(parent[:, None] >= 0, pairs[parent], [x[0], 0.0])
+        return np.concatenate([np.log(np.exp(lc0) + np.exp(ls) * roof) - t,
+                               GROUP_PRIOR * (pairs - up).ravel(), PRIOR_WEIGHT * (x[:4] - prior)])
+
+    x = least_squares(resid, x0, method="trf", max_nfev=200 * len(x0)).x
+    out = dict(consts)
+    out.update(zip(names, map(float, np.exp(x[:4])), strict=True))
+    return out, {k: (float(math.exp(x[4 + 2 * j])), float(math.exp(x[5 + 2 * j]))) for j, k in enumerate(groups)}
+
+
+def fit(records: Sequence[dict[str, Any]], base: DeviceProfile, per_op: bool = True
+        ) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Fitted effective constants (see :func:`effective`; with ``per_op`` also ``"op_fits"``, the
+    per-category and per-op pairs) and a report (counts per class, rms and median absolute log error
+    before and after)."""
     from scipy.optimize import least_squares
 
     recs = [r for r in records if r["t"] > MIN_T and r.get("cls") in ("compute", "memory", "view", "copy")]
@@ -120,11 +203,32 @@ def fit(records: Sequence[dict[str, Any]], base: DeviceProfile) -> tuple[dict[st
         rates = [r["bytes"] / (r["t"] - consts["c0"]) for r in by["copy"] if r["t"] > consts["c0"] and r["bytes"]]
         if rates:
             consts["host_bandwidth"] = float(np.median(rates))
+    if per_op:
+        consts, consts["op_fits"] = fit_op_pairs(consts, recs)
     before, after = log_errors(effective(base), recs), log_errors(consts, recs)
     report = {"records": {c: len(v) for c, v in by.items()},
               "rms_log_error_before": _rms(before), "rms_log_error_after": _rms(after),
               "median_abs_rel_error_before": _med_rel(before), "median_abs_rel_error_after": _med_rel(after)}
+    if per_op:
+        report["op_fits"] = len(consts["op_fits"])
     return consts, report
+
+
+def held_out_errors(records: Sequence[dict[str, Any]], base: DeviceProfile, folds: int = HELD_OUT_FOLDS,
+                    seed: int = 0) -> np.ndarray:
+    """log(predicted / measured) of every record, each predicted by a fit (:func:`fit`) to the
+    other folds' records: the error on op signatures the calibration has not seen."""
+    import random
+
+    recs = [r for r in records if r["t"] > MIN_T and r.get("cls") in ("compute", "memory", "view", "copy")]
+    idx = list(range(len(recs)))
+    random.Random(seed).shuffle(idx)
+    out: list[float] = []
+    for k in range(folds):
+        test = set(idx[k::folds])
+        consts, _ = fit([recs[i] for i in idx if i not in test], base)
+        out.extend(log_errors(consts, [recs[i] for i in sorted(test)]))
+    return np.asarray(out, dtype=float)
 
 
 def _rms(e: np.ndarray) -> float | None:
@@ -135,9 +239,9 @@ def _med_rel(e: np.ndarray) -> float | None:
     return float(np.median(np.abs(np.expm1(e)))) if len(e) else None
 
 
-def to_profile(base: DeviceProfile, consts: dict[str, float], report: dict[str, Any] | None = None) -> DeviceProfile:
+def to_profile(base: DeviceProfile, consts: dict[str, Any], report: dict[str, Any] | None = None) -> DeviceProfile:
     """``base`` with the fitted effective constants (efficiencies kept: the peaks absorb the fit;
-    ``half_time`` folded into ``launch_overhead``)."""
+    ``half_time`` folded into ``launch_overhead``; the per-op pairs as ``op_fits``)."""
     scale = consts["compute"] / (base.matmul_peak("float32") * base.compute_efficiency)
     extra = dict(base.extra)
     if report:
@@ -147,7 +251,7 @@ def to_profile(base: DeviceProfile, consts: dict[str, float], report: dict[str, 
                    vector_flops=consts["vector"] / base.compute_efficiency,
                    mem_bandwidth=consts["bandwidth"] / base.memory_efficiency,
                    launch_overhead=consts["c0"], half_time=0.0, view_overhead=consts["view"],
-                   host_bandwidth=consts["host_bandwidth"],
+                   host_bandwidth=consts["host_bandwidth"], op_fits=dict(consts.get("op_fits") or {}),
                    notes=f"{base.name} calibrated from measured op timings on this machine", extra=extra)
 
 
@@ -195,6 +299,8 @@ def calibrate(base: str, graphs: Iterable[Any] = (), cache_dir: str | os.PathLik
         m.measure_graph(g)
     m.save()
     consts, report = fit(m.records(), prof)
+    held = held_out_errors(m.records(), prof)
+    report["rms_log_error_held_out"], report["median_abs_rel_error_held_out"] = _rms(held), _med_rel(held)
     if host:
         bw = host_bandwidth(m.torch_device)
         consts["host_bandwidth"] = float(bw["pinned"] or bw["pageable"])

@@ -27,9 +27,21 @@ class DeviceProfile:
     host_duplex_bandwidth: float = 0.0  # bytes/s of both directions together; 0: 20/12 of host_bandwidth
     notes: str = ""
     extra: dict[str, float] = field(default_factory=dict)
+    # calibrated per op: an op's name (``aten.convolution.default``) or ``category:<ops category>`` ->
+    # (launch seconds, factor on the roofline time); ops with neither use launch_overhead and 1
+    op_fits: dict[str, tuple[float, float]] = field(default_factory=dict)
 
     def matmul_peak(self, dtype: str) -> float:
         return self.matmul_flops.get(dtype, self.matmul_flops.get("float32", self.vector_flops))
+
+    def op_fit(self, op: str | None, category: str | None) -> tuple[float, float]:
+        """(launch seconds, roofline factor) of an op: its own calibrated pair, else its category's,
+        else the profile's launch overhead and 1."""
+        if self.op_fits:
+            hit = self.op_fits.get(op or "") or self.op_fits.get(f"category:{category}")
+            if hit is not None:
+                return hit
+        return self.launch_overhead, 1.0
 
 
 GB = 1024**3
@@ -96,6 +108,7 @@ def profile_from_dict(d: dict) -> DeviceProfile:
             if f.type == "float" and f.name in kw:
                 kw[f.name] = float(kw[f.name])
         kw["extra"] = {str(k): float(v) for k, v in kw.get("extra", {}).items()}
+        kw["op_fits"] = {str(k): (float(v[0]), float(v[1])) for k, v in kw.get("op_fits", {}).items()}
         return DeviceProfile(**kw)
     except (KeyError, TypeError, AttributeError, ValueError) as e:
         raise ValueError(f"not a device profile: {type(e).__name__}: {e}") from None

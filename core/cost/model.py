@@ -8,6 +8,10 @@ W = memory bandwidth, e_c / e_m = the best reachable fractions of peak.  F_half 
 ops run far below peak: achieved efficiency is e * F / (F + F_half).  Splitting an op into n parts
 (fission) therefore costs n * (launch + t_half) more than the unsplit op, which is what makes
 MAGIS's fission a latency/memory trade-off rather than a free lunch.
+
+A calibrated profile (``core.cost.calibrate``) also carries a pair per op or ops category
+(``DeviceProfile.op_fits``): t = launch_op + s_op * max(...), for the kinds of op whose measured
+times one roofline does not describe (a CPU's convolutions, pools).
 """
 
 from __future__ import annotations
@@ -62,7 +66,8 @@ class AnalyticCost(CostModel):
             return OpCost(0.0, 0.0, dev.view_overhead)  # metadata only: no kernel, only the dispatch
         dtype = node.outputs[0].dtype if node.outputs else "float32"
         peak = dev.matmul_peak(dtype) if d is not None and d.category in MATMUL_CATEGORIES else dev.vector_flops
-        return OpCost(f, b, roofline(dev, f, b, peak))
+        launch, scale = dev.op_fit(node.op, d.category if d is not None else None)
+        return OpCost(f, b, roofline(dev, f, b, peak, launch=launch, scale=scale))
 
     def memory_bound(self, g: Graph, node: Node) -> bool:
         """The roofline's verdict: the op's memory time is at least its compute time (matmuls and
@@ -88,14 +93,16 @@ class AnalyticCost(CostModel):
         return t
 
 
-def roofline(dev: DeviceProfile, flops: float, nbytes: float, peak: float | None = None) -> float:
+def roofline(dev: DeviceProfile, flops: float, nbytes: float, peak: float | None = None, *,
+             launch: float | None = None, scale: float = 1.0) -> float:
     """Seconds of one kernel doing ``flops`` at ``peak`` (default: the vector peak) and moving
-    ``nbytes`` (the module docstring's formula)."""
+    ``nbytes`` (the module docstring's formula); ``launch`` and ``scale``: an op's calibrated launch
+    seconds and factor on the max (``DeviceProfile.op_fit``; default the profile's launch, 1)."""
     pc = (peak if peak is not None else dev.vector_flops) * dev.compute_efficiency
     pm = dev.mem_bandwidth * dev.memory_efficiency
     t_c = (flops + pc * dev.half_time) / pc if flops > 0 else 0.0
     t_m = (nbytes + pm * dev.half_time) / pm if nbytes > 0 else 0.0
-    return dev.launch_overhead + max(t_c, t_m)
+    return (dev.launch_overhead if launch is None else launch) + scale * max(t_c, t_m)
 
 
 def fission_time(cost: CostModel, node: Node) -> float:
