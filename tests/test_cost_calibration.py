@@ -319,3 +319,70 @@ def test_app_optimize_controls_offer_every_cost_model():
     dd = find(pareto_tab(), "opt-cost")
     assert dd is not None and dd.value == "analytic"
     assert [o["value"] for o in dd.options] == ["analytic", "calibrated", "measured"]
+
+
+def _unet_tiny_and_its_micro_batches():
+    from core.search.plan import load_plans
+    from sample_graphs.frontiers import plan_path
+    from sample_graphs.store import load_sample_graph
+
+    g = load_sample_graph("unet_tiny")  # batch 2
+    plan = next(p for p in load_plans(plan_path("unet_tiny"), g).points if p.method == "microbatch")
+    (loop,) = [n for n in plan.graph(g).ops() if n.kind == NodeKind.FISSION]
+    return g, loop.fission.graph  # the loop's body: the step at batch 1
+
+
+def test_kernel_variant_is_the_convolution_backend_torch_picks():
+    """torch runs a small single-sample convolution with its own kernel and batch 2 with oneDNN: the
+    variant of every convolution of unet_tiny changes when micro-batching splits its batch of 2."""
+    from collections import Counter
+
+    from core.cost.variants import kernel_variant
+
+    g, body = _unet_tiny_and_its_micro_batches()
+    full = Counter(kernel_variant(g, n) for n in g.ops() if "convolution" in (n.op or ""))
+    half = Counter(kernel_variant(body, n) for n in body.ops() if "convolution" in (n.op or ""))
+    assert full["Mkldnn"] == 22 and half["Slow2d"] == 22  # 11 convolutions, forward and backward
+    assert half["SlowTranspose2d"] == 4 and "Mkldnn" not in half
+    assert all(kernel_variant(g, n) is None for n in g.ops() if "convolution" not in (n.op or ""))
+
+
+def test_a_variant_gets_its_own_pair_and_the_analytic_model_uses_it():
+    """oneDNN 40 us slower than torch's own kernel on the same convolutions: the fit gives each
+    variant its pair, and a calibrated profile times each node of unet_tiny by its variant."""
+    from core.cost.variants import kernel_variant
+
+    rng = random.Random(3)
+    recs = [dict(r, op="aten.add.Tensor" if r["cls"] == "memory" else "aten.mm.default") for r in synthetic(TRUE)]
+    for variant, c0 in (("Slow2d", 10e-6), ("Mkldnn", 50e-6)):
+        for _ in range(12):
+            f, b = 10 ** rng.uniform(5, 8), 10 ** rng.uniform(4, 6)
+            recs.append({"op": "aten.convolution.default", "variant": variant, "cls": "compute", "flops": f,
+                         "bytes": b, "t": predict(TRUE, "compute", f, b, (c0, 1.0))})
+    consts, report = fit(recs, get_device("cpu"))
+    fits = consts["op_fits"]
+    assert {"aten.convolution.default[Slow2d]", "aten.convolution.default[Mkldnn]"} <= set(fits)
+    for r in recs[-24:]:
+        pair = fits[f"aten.convolution.default[{r['variant']}]"]
+        assert predict(consts, "compute", r["flops"], r["bytes"], pair) == pytest.approx(r["t"], rel=0.03)
+    assert report["rms_log_error_after"] < 0.02
+    prof = to_profile(get_device("cpu"), consts)
+    assert prof.fits_variants("aten.convolution.default") and not prof.fits_variants("aten.mm.default")
+    g, body = _unet_tiny_and_its_micro_batches()
+    cost = AnalyticCost(prof)
+    for graph in (g, body):
+        for n in graph.ops():
+            if n.op == "aten.convolution.default":
+                cls, f, b = op_features(graph, n)
+                pair = fits[f"aten.convolution.default[{kernel_variant(graph, n)}]"] \
+                    if f"aten.convolution.default[{kernel_variant(graph, n)}]" in fits else fits["aten.convolution.default"]
+                assert cost.node_time(graph, n) == pytest.approx(predict(consts, cls, f, b, pair), rel=1e-9)
+
+
+def test_measured_timings_record_the_variant(tmp_path):
+    g, body = _unet_tiny_and_its_micro_batches()
+    m = MeasuredCost(cache_dir=tmp_path, fallback="cpu", repeats=1, min_sample=0.0)
+    conv = next(n for n in body.ops() if n.op == "aten.convolution.default")
+    m.node_time(body, conv)
+    (rec,) = m.records()
+    assert rec["variant"] == "Slow2d" and rec["op"] == "aten.convolution.default"

@@ -17,10 +17,11 @@ keeps the base profile's constant.
 
 One roofline for every kernel is off by a factor per kind of op (on a CPU a convolution runs far
 below the matmul peak and has a larger fixed cost; a max-pool is slower than its bytes say), so the
-fit then refines, per ops category with at least ``MIN_GROUP`` timed signatures and then per op,
-a pair (c0, s): t = c0 + s * max(F / P, B / W), each pulled towards its parent's pair (the
-category's, then the global (c0, 1)) by a prior of weight ``GROUP_PRIOR``.  These pairs are the
-profile's ``op_fits``; an op of a kind never timed keeps the global constants.  The report gives
+fit then refines, per ops category with at least ``MIN_GROUP`` timed signatures, per op and per
+op's kernel variant where torch picks among kernels by shape (``core.cost.variants``), a pair
+(c0, s): t = c0 + s * max(F / P, B / W), each pulled towards its parent's pair (a variant's towards
+its op's, an op's towards its category's, a category's towards the global (c0, 1)) by a prior of
+weight ``GROUP_PRIOR``.  These pairs are the profile's ``op_fits``; an op of a kind never timed keeps the global constants.  The report gives
 the error before, after, and held out (each quarter of the signatures predicted by a fit to the
 other three: what an op shape never timed can expect).  The result is a :class:`DeviceProfile`
 named ``<base>-calibrated``, saved as JSON next to the op-time cache.
@@ -43,7 +44,7 @@ from .devices import DeviceProfile, get_device, profile_from_dict, profile_to_di
 MIN_T = 1e-9  # timings below this (a clock's resolution) are not used
 PRIOR_WEIGHT = 1e-3  # residual weight of log(constant / base constant) per fitted constant
 MIN_GROUP = 3  # timed signatures an op (or a category) needs for a (c0, s) pair of its own
-GROUP_PRIOR = 0.3  # residual weight of log(pair / parent pair)
+GROUP_PRIOR = 0.1  # residual weight of log(pair / parent pair): the least held-out error of 0.03-0.3
 HELD_OUT_FOLDS = 4
 
 
@@ -88,17 +89,21 @@ def _category(op: str | None) -> str | None:
     return d.category if d is not None else None
 
 
-def op_pair(fits: dict[str, tuple[float, float]], op: str | None) -> tuple[float, float] | None:
-    """An op's fitted (c0, s): its own, else its category's (the lookup of ``DeviceProfile.op_fit``)."""
+def op_pair(fits: dict[str, tuple[float, float]], op: str | None, variant: str | None = None
+            ) -> tuple[float, float] | None:
+    """An op's fitted (c0, s): its variant's, else its own, else its category's (the lookup of
+    ``DeviceProfile.op_fit``)."""
     if not fits:
         return None
-    return fits.get(op or "") or fits.get(f"category:{_category(op)}")
+    return ((fits.get(f"{op}[{variant}]") if variant else None) or fits.get(op or "")
+            or fits.get(f"category:{_category(op)}"))
 
 
 def log_errors(consts: dict[str, Any], records: Iterable[dict[str, Any]]) -> np.ndarray:
     """log(predicted / measured) of every usable record (with ``consts["op_fits"]`` where fitted)."""
     fits = consts.get("op_fits") or {}
-    out = [math.log(max(predict(consts, r["cls"], r["flops"], r["bytes"], op_pair(fits, r.get("op"))), MIN_T)
+    out = [math.log(max(predict(consts, r["cls"], r["flops"], r["bytes"], op_pair(fits, r.get("op"), r.get("variant"))),
+                        MIN_T)
                     / r["t"])
            for r in records if r["t"] > MIN_T]
     return np.asarray(out, dtype=float)
@@ -106,29 +111,40 @@ def log_errors(consts: dict[str, Any], records: Iterable[dict[str, Any]]) -> np.
 
 def fit_op_pairs(consts: dict[str, Any], records: Sequence[dict[str, Any]]
                  ) -> tuple[dict[str, float], dict[str, tuple[float, float]]]:
-    """The roofline's throughputs refitted together with a (c0, s) pair per ops category and per op
-    with at least ``MIN_GROUP`` kernel timings (one least squares in log space; each pair pulled
-    towards its parent's: the op's towards its category's, a category's towards (c0, 1)).  Returns
-    the refitted global constants and the pairs."""
+    """The roofline's throughputs refitted together with a (c0, s) pair per ops category, per op and
+    per op's kernel variant (``core.cost.variants``) with at least ``MIN_GROUP`` kernel timings (one
+    least squares in log space; each pair pulled towards its parent's: a variant's towards its op's,
+    an op's towards its category's, a category's towards (c0, 1)).  Returns the refitted global
+    constants and the pairs."""
     from scipy.optimize import least_squares
 
     kernels = [r for r in records if r["cls"] in ("compute", "memory") and r["t"] > MIN_T and r.get("op")]
-    cats: dict[str, list[int]] = {}
-    by_op: dict[str, list[int]] = {}
+    members: dict[str, list[int]] = {}  # group key -> records: categories, ops, ops' variants
     for i, r in enumerate(kernels):
         cat = _category(r["op"])
         if cat is not None:
-            cats.setdefault(f"category:{cat}", []).append(i)
-        by_op.setdefault(r["op"], []).append(i)
-    groups = [k for k in sorted(cats) if len(cats[k]) >= MIN_GROUP]
-    groups += [k for k in sorted(by_op) if len(by_op[k]) >= MIN_GROUP]
+            members.setdefault(f"category:{cat}", []).append(i)
+        members.setdefault(r["op"], []).append(i)
+        if r.get("variant"):
+            members.setdefault(f"{r['op']}[{r['variant']}]", []).append(i)
+
+    def level(k: str) -> int:
+        return 0 if k.startswith("category:") else 2 if k.endswith("]") else 1
+
+    groups = sorted((k for k, v in members.items() if len(v) >= MIN_GROUP), key=lambda k: (level(k), k))
     if not groups:
         return dict(consts), {}
     gi = {k: j for j, k in enumerate(groups)}
     owner = np.full(len(kernels), -1)
-    for k in groups:  # categories first, then ops: an op's own pair wins
-        owner[cats[k] if k.startswith("category:") else by_op[k]] = gi[k]
-    parent = np.array([-1 if k.startswith("category:") else gi.get(f"category:{_category(k)}", -1) for k in groups])
+    for k in groups:  # categories, then ops, then variants: the most specific pair wins
+        owner[members[k]] = gi[k]
+
+    def parent_of(k: str) -> int:
+        if level(k) == 2 and k.partition("[")[0] in gi:
+            return gi[k.partition("[")[0]]
+        return gi.get(f"category:{_category(k.partition('[')[0])}", -1) if level(k) else -1
+
+    parent = np.array([parent_of(k) for k in groups])
     names = ["c0", "compute", "vector", "bandwidth"]
     t = np.log([r["t"] for r in kernels])
     fl = np.array([r["flops"] for r in kernels])

@@ -27,21 +27,27 @@ class DeviceProfile:
     host_duplex_bandwidth: float = 0.0  # bytes/s of both directions together; 0: 20/12 of host_bandwidth
     notes: str = ""
     extra: dict[str, float] = field(default_factory=dict)
-    # calibrated per op: an op's name (``aten.convolution.default``) or ``category:<ops category>`` ->
-    # (launch seconds, factor on the roofline time); ops with neither use launch_overhead and 1
+    # calibrated per op: an op's name and kernel variant (``aten.convolution.default[Slow2d]``,
+    # ``core.cost.variants``), its name, or ``category:<ops category>`` -> (launch seconds, factor on
+    # the roofline time); ops with none of them use launch_overhead and 1
     op_fits: dict[str, tuple[float, float]] = field(default_factory=dict)
 
     def matmul_peak(self, dtype: str) -> float:
         return self.matmul_flops.get(dtype, self.matmul_flops.get("float32", self.vector_flops))
 
-    def op_fit(self, op: str | None, category: str | None) -> tuple[float, float]:
-        """(launch seconds, roofline factor) of an op: its own calibrated pair, else its category's,
-        else the profile's launch overhead and 1."""
+    def op_fit(self, op: str | None, category: str | None, variant: str | None = None) -> tuple[float, float]:
+        """(launch seconds, roofline factor) of an op: its variant's calibrated pair, else its own,
+        else its category's, else the profile's launch overhead and 1."""
         if self.op_fits:
-            hit = self.op_fits.get(op or "") or self.op_fits.get(f"category:{category}")
+            hit = ((self.op_fits.get(f"{op}[{variant}]") if variant else None) or self.op_fits.get(op or "")
+                   or self.op_fits.get(f"category:{category}"))
             if hit is not None:
                 return hit
         return self.launch_overhead, 1.0
+
+    def fits_variants(self, op: str | None) -> bool:
+        """Whether a calibrated pair depends on ``op``'s kernel variant."""
+        return bool(self.op_fits) and any(k.startswith(f"{op}[") for k in self.op_fits)
 
 
 GB = 1024**3

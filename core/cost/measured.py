@@ -33,8 +33,9 @@ from ..ir.graph import Graph, Node, NodeKind, TRef
 from ..ir.torch_bridge import materialize, resolve_op, torch_dtype
 from .devices import DeviceProfile, get_device
 from .model import AnalyticCost, CostModel, fission_time, op_features
+from .variants import kernel_variant
 
-CACHE_VERSION = 2
+CACHE_VERSION = 3  # 3: records carry the kernel variant (core.cost.variants)
 COPY_KINDS = (NodeKind.STORE, NodeKind.LOAD)
 
 
@@ -158,7 +159,8 @@ class MeasuredCost(CostModel):
         return len(self._ops)
 
     def records(self) -> list[dict[str, Any]]:
-        """Every timed signature: seconds ``t``, ``op``, roofline class ``cls``, ``flops``, ``bytes``."""
+        """Every timed signature: seconds ``t``, ``op``, roofline class ``cls``, ``flops``, ``bytes``,
+        and the kernel ``variant`` torch ran where it picks one by shape."""
         return [dict(r, key=k) for k, r in self._ops.items()]
 
     # -- lookups ----------------------------------------------------------------------------------
@@ -191,6 +193,9 @@ class MeasuredCost(CostModel):
                                       if node.kind in COPY_KINDS else op_features(g, node))
                 self._ops[k] = {"t": t, "op": node.op if node.kind == NodeKind.OP else node.kind.value,
                                 "cls": cls, "flops": flops, "bytes": nbytes}
+                variant = kernel_variant(g, node) if self.torch_device == "cpu" else None
+                if variant:
+                    self._ops[k]["variant"] = variant
                 self.measured += 1
                 self._dirty += 1
                 if self._dirty >= 50:

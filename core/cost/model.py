@@ -11,7 +11,8 @@ MAGIS's fission a latency/memory trade-off rather than a free lunch.
 
 A calibrated profile (``core.cost.calibrate``) also carries a pair per op or ops category
 (``DeviceProfile.op_fits``): t = launch_op + s_op * max(...), for the kinds of op whose measured
-times one roofline does not describe (a CPU's convolutions, pools).
+times one roofline does not describe (a CPU's convolutions, pools), and per kernel variant where
+torch picks among kernels by shape (``core.cost.variants``).
 """
 
 from __future__ import annotations
@@ -21,6 +22,9 @@ from dataclasses import dataclass
 from ..ir import ops
 from ..ir.graph import Graph, Node, NodeKind, map_refs
 from .devices import DeviceProfile, get_device
+from .variants import kernel_variant, variant_ops
+
+VARIANT_OPS = variant_ops()
 
 MATMUL_CATEGORIES = ("matmul", "conv")
 
@@ -66,7 +70,8 @@ class AnalyticCost(CostModel):
             return OpCost(0.0, 0.0, dev.view_overhead)  # metadata only: no kernel, only the dispatch
         dtype = node.outputs[0].dtype if node.outputs else "float32"
         peak = dev.matmul_peak(dtype) if d is not None and d.category in MATMUL_CATEGORIES else dev.vector_flops
-        launch, scale = dev.op_fit(node.op, d.category if d is not None else None)
+        variant = kernel_variant(g, node) if node.op in VARIANT_OPS and dev.fits_variants(node.op) else None
+        launch, scale = dev.op_fit(node.op, d.category if d is not None else None, variant)
         return OpCost(f, b, roofline(dev, f, b, peak, launch=launch, scale=scale))
 
     def memory_bound(self, g: Graph, node: Node) -> bool:
