@@ -212,6 +212,9 @@ def fit(records: Sequence[dict[str, Any]], base: DeviceProfile, per_op: bool = T
                 best = r
         assert best is not None
         consts.update(dict(zip(names, map(float, np.exp(best.x)), strict=True)))
+    if per_op:  # before the copies' bandwidth, which takes the final c0
+        consts, pairs = fit_op_pairs(consts, recs)
+        consts["op_fits"] = pairs
     if by["view"]:
         consts["view"] = float(np.exp(np.mean([math.log(r["t"]) for r in by["view"]])))
     if by["copy"]:
@@ -219,8 +222,6 @@ def fit(records: Sequence[dict[str, Any]], base: DeviceProfile, per_op: bool = T
         rates = [r["bytes"] / (r["t"] - consts["c0"]) for r in by["copy"] if r["t"] > consts["c0"] and r["bytes"]]
         if rates:
             consts["host_bandwidth"] = float(np.median(rates))
-    if per_op:
-        consts, consts["op_fits"] = fit_op_pairs(consts, recs)
     before, after = log_errors(effective(base), recs), log_errors(consts, recs)
     report = {"records": {c: len(v) for c, v in by.items()},
               "rms_log_error_before": _rms(before), "rms_log_error_after": _rms(after),
