@@ -70,7 +70,8 @@ def make_cost(cost: str = DEFAULT_COST, device: str | None = None, graphs: Any =
             prof, report = calibrate(base, list(graphs), cache_dir=cache_dir)
             if say:
                 say(f"calibrated {base}: median op time error {_pct(report['median_abs_rel_error_before'])} -> "
-                    f"{_pct(report['median_abs_rel_error_after'])}, saved {report['path']}")
+                    f"{_pct(report['median_abs_rel_error_after'])} ({_pct(report.get('median_abs_rel_error_held_out'))} "
+                    f"on op shapes held out of the fit), saved {report['path']}")
         return AnalyticCost(prof)
     from .measured import MeasuredCost
 
