@@ -20,6 +20,7 @@ from core.analysis.mempool import (
     cnt_ext,
     cnt_from_ext,
     fit_capacity,
+    object_sizes_of,
     repair_cls,
     size_classes,
     valid_cls,
@@ -33,7 +34,10 @@ from core.search.plan import PlanFile, check_order, plans_from_bytes, plans_to_b
 from core.search.swapadvisor import (
     SwapAdvisorGA,
     allocation_of,
+    class_maps,
     is_topological,
+    maximal_pools,
+    pool_ceiling,
     schedule_crossover,
     schedule_mutation,
     softmax_probs,
@@ -317,3 +321,54 @@ def test_every_child_of_the_ga_realises_to_the_planners_time_and_pool(name):
         assert sim.peak <= sp.pool_bytes + p.resident
         checked += 1
     assert checked >= len(kids) // 2
+
+
+@pytest.mark.parametrize("name, frac", [("unet_tiny", 0.8), ("unet_tiny", 0.9), ("bert_tiny", 0.9)])
+def test_maximal_pools_hold_the_best_pool_of_every_allocation(name, frac):
+    """Every pool the GA could hold (each CLS, each CNT between the floors and the tensor counts,
+    within the capacity), brute force: the maximal ones are exactly those no object can be added to,
+    and the planner's best over them is its best over all of them (more objects never hurt here)."""
+    import itertools
+    from collections import Counter
+
+    g, cost = load_sample_graph(name), AnalyticCost("rtx3090")
+    p = SwapProblem.from_graph(g, cost)
+    limit = int(eager_peak(g, cost) * frac)
+    sizes, cap = p.pool_sizes(), p.pool_capacity(limit)
+    tensors = Counter(b for b, pin in zip(p.t_bytes, p.t_pinned, strict=True) if b > 0 and not pin)
+    every, maximal, best_all = [], set(), math.inf
+    for cls in class_maps(len(sizes)):
+        obj, floor = object_sizes_of(sizes, cls), p.class_floor(sizes, cls)
+        most = [max(f, sum(tensors[b] for b, c in zip(sizes, cls, strict=True) if c == k)) for k, f in enumerate(floor)]
+        for cnt in itertools.product(*(range(f, m + 1) for f, m in zip(floor, most, strict=True))):
+            left = cap - sum(c * o for c, o in zip(cnt, obj, strict=True))
+            if left < 0:
+                continue
+            every.append((cls, cnt))
+            if not any(c < m and o <= left for c, m, o in zip(cnt, most, obj, strict=True)):
+                maximal.add((cls, cnt))
+            sp = plan_swaps(p, list(range(p.n)), Allocation(sizes, cls, cnt))
+            if sp.feasible:
+                best_all = min(best_all, sp.time)
+    got = list(maximal_pools(p, limit))
+    assert {(a.cls, a.cnt) for a in got} == maximal and len(got) == len(maximal) > 0
+    assert len(every) > len(maximal)  # the pruning prunes
+    ceiling = pool_ceiling(p, limit)
+    assert ceiling.complete and ceiling.pools == len(maximal)
+    assert ceiling.time == pytest.approx(best_all, rel=1e-12)
+    first = allocation_of(p, limit)  # the GA's first chromosome's pool, on the same order
+    if first is not None:
+        assert ceiling.time <= plan_swaps(p, list(range(p.n)), first).time
+
+
+def test_class_maps_are_the_runs_of_consecutive_sizes():
+    assert list(class_maps(1)) == [(0,)]
+    assert list(class_maps(3)) == [(0, 0, 0), (0, 0, 1), (0, 1, 1), (0, 1, 2)]
+    assert all(valid_cls(c) for c in class_maps(6)) and len(set(class_maps(6))) == 2**5
+
+
+def test_pool_ceiling_stops_at_its_deadline():
+    g, cost = load_sample_graph("unet_tiny"), AnalyticCost("rtx3090")
+    p = SwapProblem.from_graph(g, cost)
+    c = pool_ceiling(p, int(eager_peak(g, cost) * 0.9), deadline=0.0)  # long past
+    assert not c.complete and c.pools == 0 and c.allocation is None

@@ -20,10 +20,11 @@ simulated iteration time of the swap plan the planner derives from it on the thr
 from __future__ import annotations
 
 import bisect
+import itertools
 import math
 import random
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 
 from ..analysis.mempool import (
@@ -290,6 +291,92 @@ class SwapAdvisorGA:
         return GAResult(best, plan, self.alloc(best), gen, self.evaluations, time.perf_counter() - t0, records)
 
 
+def class_maps(n: int) -> Iterator[tuple[int, ...]]:
+    """Every CLS of ``n`` sizes: a class is a run of consecutive sizes, so 2^(n-1) maps."""
+    for cuts in itertools.product((0, 1), repeat=max(n - 1, 0)):
+        cls = [0]
+        for c in cuts:
+            cls.append(cls[-1] + c)
+        yield tuple(cls)
+
+
+def maximal_pools(p: SwapProblem, limit: int) -> Iterator[Allocation]:
+    """Every pool the GA could hold at ``limit`` that no object can be added to: each CLS, each CNT
+    with every class at or above its floor (``SwapProblem.class_floor``) and at most as many objects
+    as the class has tensors, within the pool's capacity, and no class that could take one more
+    object (a class short of its tensor count whose object still fits).  An object more leaves the
+    planner more room, so these are taken to hold the best pool of every CLS (the planner is a
+    heuristic, so this is checked, not proved: against every pool, by brute force, on tiny
+    workloads in the tests)."""
+    sizes = p.pool_sizes()
+    cap = p.pool_capacity(limit)
+    tensors: dict[int, int] = {}
+    for b, pin in zip(p.t_bytes, p.t_pinned, strict=True):
+        if b > 0 and not pin:
+            tensors[b] = tensors.get(b, 0) + 1
+    for cls in class_maps(len(sizes)):
+        obj = object_sizes_of(sizes, cls)
+        floor = p.class_floor(sizes, cls)
+        most = [0] * len(obj)
+        for b, c in zip(sizes, cls, strict=True):
+            most[c] += tensors.get(b, 0)
+        most = [max(m, f) for m, f in zip(most, floor, strict=True)]
+        if sum(f * o for f, o in zip(floor, obj, strict=True)) > cap:
+            continue
+        for cnt in _maximal_counts(floor, most, obj, cap):
+            yield Allocation(sizes, cls, cnt)
+
+
+def _maximal_counts(floor: Sequence[int], most: Sequence[int], obj: Sequence[int], cap: int
+                    ) -> Iterator[tuple[int, ...]]:
+    """Every CNT with floor <= CNT <= most and sum CNT * obj <= cap that no class can grow by one
+    (largest objects chosen first: the fewest choices)."""
+    k = len(obj)
+    big = sorted(range(k), key=lambda i: -obj[i])
+    rest = [sum(floor[x] * obj[x] for x in big[j + 1:]) for j in range(k)]
+    cnt = [0] * k
+
+    def fill(j: int, left: int) -> Iterator[tuple[int, ...]]:
+        if j == k:
+            if not any(cnt[i] < most[i] and obj[i] <= left for i in range(k)):
+                yield tuple(cnt)
+            return
+        i = big[j]
+        for c in range(floor[i], min(most[i], (left - rest[j]) // obj[i]) + 1):
+            cnt[i] = c
+            yield from fill(j + 1, left - c * obj[i])
+
+    yield from fill(0, cap)
+
+
+@dataclass
+class PoolCeiling:
+    """The best of SwapAdvisor's planner over every maximal pool (``maximal_pools``) for one
+    schedule: what the GA's allocation search can reach at most on that schedule."""
+
+    time: float
+    allocation: Allocation | None
+    pools: int  # maximal pools tried
+    complete: bool  # False: stopped at the deadline
+
+
+def pool_ceiling(p: SwapProblem, limit: int, schedule: Sequence[int] | None = None,
+                 deadline: float | None = None) -> PoolCeiling:
+    """The planner on ``schedule`` (default: the traced order) with every maximal pool at ``limit``,
+    the fastest kept; ``deadline`` (a ``time.perf_counter()`` value) stops it, marked incomplete."""
+    order = list(schedule) if schedule is not None else list(range(p.n))
+    best = PoolCeiling(math.inf, None, 0, True)
+    for a in maximal_pools(p, limit):
+        if deadline is not None and time.perf_counter() > deadline:
+            best.complete = False
+            break
+        best.pools += 1
+        sp = plan_swaps(p, order, a)
+        if sp.feasible and sp.time < best.time:
+            best.time, best.allocation = sp.time, a
+    return best
+
+
 def allocation_of(p: SwapProblem, limit: int, cls: Sequence[int] | None = None) -> Allocation | None:
     """A pool for ``limit`` (one class per size unless ``cls``), counts in proportion to the bytes of
     each class (the GA's first chromosome)."""
@@ -303,5 +390,6 @@ def allocation_of(p: SwapProblem, limit: int, cls: Sequence[int] | None = None) 
                           lambda c: p.class_floor(sizes, c))
 
 
-__all__ = ["CHILDREN_PER_CROSSOVER", "Chromosome", "GAResult", "MUTATION", "PATIENCE", "POPULATION", "SwapAdvisorGA",
-           "allocation_of", "is_topological", "schedule_crossover", "schedule_mutation", "softmax_probs"]
+__all__ = ["CHILDREN_PER_CROSSOVER", "Chromosome", "GAResult", "MUTATION", "PATIENCE", "POPULATION", "PoolCeiling",
+           "SwapAdvisorGA", "allocation_of", "class_maps", "is_topological", "maximal_pools", "pool_ceiling",
+           "schedule_crossover", "schedule_mutation", "softmax_probs"]
