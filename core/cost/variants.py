@@ -2,7 +2,8 @@
 
 ``aten.convolution`` (and its backward) runs on the CPU either oneDNN (``Mkldnn``) or torch's own
 kernels (``Slow2d``, ``SlowDilated2d``, ...): torch's rule (``_select_conv_backend``) takes its own
-kernel for a single-sample input that is small enough, and oneDNN otherwise.  On small convolutions
+kernel for a single-sample input that is small enough (and for a 1x1 convolution when it runs one
+thread), and oneDNN otherwise.  On small convolutions
 oneDNN costs tens of microseconds more, so a batch of 2 split in two (micro-batching) can run faster
 than its halves' timings at batch 2 would say.  Timings record the variant torch chose
 (``core.cost.measured``); a calibrated profile fits a pair per op and variant where the timings
@@ -21,6 +22,9 @@ CONV_OPS = {"aten.convolution.default": (0, 1, 3), "aten.convolution_backward.de
 # op -> (argument index of the input, of the weight, of the stride; padding, dilation, transposed,
 #        output_padding, groups follow the stride)
 _CACHE: dict[tuple, str | None] = {}
+# values of at::native::ConvBackend that torch's Python enum leaves unnamed (between Mkldnn = 8 and
+# MkldnnEmpty = 10 in the C++ enum)
+_UNNAMED = {9: "MkldnnTranspose"}
 
 
 def variant_ops() -> frozenset[str]:
@@ -39,7 +43,7 @@ def kernel_variant(g: Graph, node: Node) -> str | None:
         return None
     x, wt = g.tensor(args[i]), g.tensor(args[w])
     consts = args[s:s + 6]
-    key = (node.op, x.shape, wt.shape, x.dtype, repr(consts))
+    key = (node.op, x.shape, wt.shape, x.dtype, repr(consts), _threads())
     if key not in _CACHE:
         _CACHE[key] = _select(x.shape, wt.shape, x.dtype, consts)
     return _CACHE[key]
@@ -59,7 +63,15 @@ def _select(x_shape: tuple[int, ...], w_shape: tuple[int, ...], dtype: str, cons
     except (RuntimeError, TypeError, ValueError, AttributeError):
         return None
     name = str(backend).rpartition(".")[2]
-    return name if name.isidentifier() else f"backend{int(backend)}"  # a value the enum does not name
+    if name.isidentifier():
+        return name
+    return _UNNAMED.get(int(backend), f"backend{int(backend)}")  # a value the Python enum does not name
+
+
+def _threads() -> int:
+    import torch
+
+    return torch.get_num_threads()  # torch's rule looks at it (a 1x1 convolution with one thread)
 
 
 def variant_key(op: str, variant: str | None) -> str | None:
