@@ -3,9 +3,9 @@
 ``aten.convolution`` (and its backward) runs on the CPU either oneDNN (``Mkldnn``) or torch's own
 kernels (``Slow2d``, ``SlowDilated2d``, ...): torch's rule (``_select_conv_backend``) takes its own
 kernel for a single-sample input that is small enough (and for a 1x1 convolution when it runs one
-thread), and oneDNN otherwise.  On small convolutions
-oneDNN costs tens of microseconds more, so a batch of 2 split in two (micro-batching) can run faster
-than its halves' timings at batch 2 would say.  Timings record the variant torch chose
+thread), and oneDNN otherwise.  On small convolutions oneDNN costs tens of microseconds more, so a
+batch of 2 split in two (micro-batching) can run faster than its halves' timings at batch 2 would
+say.  Timings record the variant torch chose
 (``core.cost.measured``); a calibrated profile fits a pair per op and variant where the timings
 cover it (``aten.convolution.default[Slow2d]``, ``core.cost.calibrate``), and the analytic model
 asks for the variant only under such a profile.  The answer is torch's own function, called on
@@ -72,8 +72,3 @@ def _threads() -> int:
     import torch
 
     return torch.get_num_threads()  # torch's rule looks at it (a 1x1 convolution with one thread)
-
-
-def variant_key(op: str, variant: str | None) -> str | None:
-    """The ``op_fits`` key of an op's variant."""
-    return f"{op}[{variant}]" if variant else None
