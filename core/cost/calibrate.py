@@ -39,7 +39,7 @@ from typing import Any
 
 import numpy as np
 
-from .devices import DeviceProfile, get_device, profile_from_dict, profile_to_dict
+from .devices import DeviceProfile, fit_of, get_device, profile_from_dict, profile_to_dict
 
 MIN_T = 1e-9  # timings below this (a clock's resolution) are not used
 PRIOR_WEIGHT = 1e-3  # residual weight of log(constant / base constant) per fitted constant
@@ -93,10 +93,7 @@ def op_pair(fits: dict[str, tuple[float, float]], op: str | None, variant: str |
             ) -> tuple[float, float] | None:
     """An op's fitted (c0, s): its variant's, else its own, else its category's (the lookup of
     ``DeviceProfile.op_fit``)."""
-    if not fits:
-        return None
-    return ((fits.get(f"{op}[{variant}]") if variant else None) or fits.get(op or "")
-            or fits.get(f"category:{_category(op)}"))
+    return fit_of(fits, op, _category(op), variant) if fits else None
 
 
 def log_errors(consts: dict[str, Any], records: Iterable[dict[str, Any]]) -> np.ndarray:

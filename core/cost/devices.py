@@ -38,16 +38,22 @@ class DeviceProfile:
     def op_fit(self, op: str | None, category: str | None, variant: str | None = None) -> tuple[float, float]:
         """(launch seconds, roofline factor) of an op: its variant's calibrated pair, else its own,
         else its category's, else the profile's launch overhead and 1."""
-        if self.op_fits:
-            hit = ((self.op_fits.get(f"{op}[{variant}]") if variant else None) or self.op_fits.get(op or "")
-                   or self.op_fits.get(f"category:{category}"))
-            if hit is not None:
-                return hit
-        return self.launch_overhead, 1.0
+        hit = fit_of(self.op_fits, op, category, variant)
+        return hit if hit is not None else (self.launch_overhead, 1.0)
 
     def fits_variants(self, op: str | None) -> bool:
         """Whether a calibrated pair depends on ``op``'s kernel variant."""
         return bool(self.op_fits) and any(k.startswith(f"{op}[") for k in self.op_fits)
+
+
+def fit_of(fits: dict[str, tuple[float, float]], op: str | None, category: str | None,
+           variant: str | None = None) -> tuple[float, float] | None:
+    """The calibrated (launch, factor) pair of an op in ``fits`` (``DeviceProfile.op_fits``): its
+    variant's, else its own, else its category's; None when there is none."""
+    if not fits:
+        return None
+    return ((fits.get(f"{op}[{variant}]") if variant else None) or fits.get(op or "")
+            or fits.get(f"category:{category}"))
 
 
 GB = 1024**3

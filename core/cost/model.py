@@ -22,9 +22,7 @@ from dataclasses import dataclass
 from ..ir import ops
 from ..ir.graph import Graph, Node, NodeKind, map_refs
 from .devices import DeviceProfile, get_device
-from .variants import kernel_variant, variant_ops
-
-VARIANT_OPS = variant_ops()
+from .variants import CONV_OPS, kernel_variant
 
 MATMUL_CATEGORIES = ("matmul", "conv")
 
@@ -70,7 +68,7 @@ class AnalyticCost(CostModel):
             return OpCost(0.0, 0.0, dev.view_overhead)  # metadata only: no kernel, only the dispatch
         dtype = node.outputs[0].dtype if node.outputs else "float32"
         peak = dev.matmul_peak(dtype) if d is not None and d.category in MATMUL_CATEGORIES else dev.vector_flops
-        variant = kernel_variant(g, node) if node.op in VARIANT_OPS and dev.fits_variants(node.op) else None
+        variant = kernel_variant(g, node) if node.op in CONV_OPS and dev.fits_variants(node.op) else None
         launch, scale = dev.op_fit(node.op, d.category if d is not None else None, variant)
         return OpCost(f, b, roofline(dev, f, b, peak, launch=launch, scale=scale))
 

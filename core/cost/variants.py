@@ -27,10 +27,6 @@ _CACHE: dict[tuple, str | None] = {}
 _UNNAMED = {9: "MkldnnTranspose"}
 
 
-def variant_ops() -> frozenset[str]:
-    return frozenset(CONV_OPS)
-
-
 def kernel_variant(g: Graph, node: Node) -> str | None:
     """The CPU kernel torch runs for ``node`` (``Slow2d``, ``Mkldnn``, ...), or None for an op with
     one kernel (or arguments this cannot read)."""
