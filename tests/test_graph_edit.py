@@ -180,6 +180,34 @@ def test_erasing_an_op_makes_its_copies_copies_of_its_original_or_plain_and_undo
     assert any("index of recomputed copies is stale" in p for p in g.lint_problems())
 
 
+def test_promoting_a_copy_makes_it_the_original_of_the_former_original_and_its_copies():
+    """a with copies a1, a1' and a1's copy a2: promoting a1 makes a and a1' copies of a1 (a2 stays
+    a1's), so a can then be erased with every copy still a copy.  Journaled: undo restores it."""
+    g, ids = chain()
+    a, x = ids["a"], ids["x"]
+
+    def copy_of(v: int, name: str) -> int:
+        return g.add_node(name=name, op=g[v].op, args=[TRef(x)], outputs=[copy.copy(g[a].outputs[0])],
+                          recompute_of=v).id
+
+    a1, b1 = copy_of(a, "a1"), copy_of(a, "a1_")
+    a2 = copy_of(a1, "a2")
+    before = g.copy()
+    with g.recording() as log:
+        assert g.promote_copy(a1) == a
+        assert g[a1].recompute_of is None and g.copies(a1) == sorted([a, b1, a2]) and g.copies(a) == []
+        assert g.lint_problems() == []
+        g.replace_all_uses_with(TRef(a), TRef(a1))
+        g.erase_node(a)
+        assert g.copies(a1) == sorted([b1, a2]) and g.lint_problems() == []
+    g.undo(log)
+    assert g.same_as(before) and g.copies(a) == sorted([a1, b1]) and g.copies(a1) == [a2]
+    with pytest.raises(GraphError, match="not a recomputed copy"):
+        g.promote_copy(a)
+    with pytest.raises(GraphError, match="itself a copy"):
+        g.promote_copy(a2)
+
+
 def test_lint_finds_in_place_mutation_and_broken_contracts():
     g, ids = chain()
     g[ids["c"]].args.append(TRef(ids["x"]))  # bypasses the primitives

@@ -13,8 +13,8 @@ axis in D, e.g. weight gradients along the batch).  The constraints, checked in 
 
 * every op of S is a compute op whose dims the registry knows (with rescalable arguments), and it
   draws no random numbers;
-* G[S] is weakly connected and convex (no path leaves S and comes back), and no op of S has a
-  recomputed copy outside S (F-Trans erases S's ops, and a copy is checked against its original);
+* G[S] is weakly connected and convex (no path leaves S and comes back); an original in S with a
+  recomputed copy outside S is fine (``fission.apply_split`` makes that copy the original first);
 * no redundant computation: each output of each op in S has exactly one D-node in D, and every edge
   of G[S] is a D-edge between those nodes (to at least one output of its reader); an input from outside S is either sliced along the one dim
   its reader links into D, or read whole (shared);
@@ -295,11 +295,6 @@ def plan_split(g: Graph, dg: DGraph, nodes: Iterable[int], comp: Key,
         raise SplitError("the sub-graph is not weakly connected")
     if not _convex(g, s, rank):
         raise SplitError("the sub-graph is not convex (a path leaves it and comes back)")
-    for v in order:
-        copies = [c for c in g.copies(v) if c not in s]
-        if copies:  # F-Trans would erase the original its copy is checked against
-            raise SplitError(f"{g.nodes[v].name!r} has a recomputed copy outside the sub-graph "
-                             f"({g.nodes[copies[0]].name!r}): take the copy back first")
     length = 0
     in_dims: dict[TRef, int | None] = {}
     inputs: list[TRef] = []

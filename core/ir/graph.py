@@ -367,6 +367,27 @@ class Graph:
             self._log.edits.append(Edit("erase", nid, node=node, position=position))
         return node
 
+    def make_plain(self, c: int) -> None:
+        """Make recomputed copy ``c`` a plain op (journaled); its own copies stay its copies."""
+        self._set_origin(self.nodes[c], None)
+
+    def promote_copy(self, c: int) -> int:
+        """Make recomputed copy ``c`` the original of what it recomputes: the former original and its
+        other copies become copies of ``c`` (the same values; journaled, so ``undo`` restores them).
+        For an edit that erases an original but keeps a copy (an F-Trans of the instance in the
+        backward).  Returns the former original's id."""
+        node = self.nodes[c]
+        v = node.recompute_of
+        if v is None:
+            raise GraphError(f"{node.name!r} is not a recomputed copy")
+        if self.nodes[v].recompute_of is not None:
+            raise GraphError(f"{node.name!r} copies {self.nodes[v].name!r}, itself a copy")
+        self._set_origin(node, None)
+        for o in self.copies(v):
+            self._set_origin(self.nodes[o], c)
+        self._set_origin(self.nodes[v], c)
+        return v
+
     def set_args(self, node: Node | int, args: list[Any], kwargs: dict[str, Any] | None = None) -> None:
         """Replace a node's arguments (use lists follow)."""
         node = self.nodes[node] if isinstance(node, int) else node

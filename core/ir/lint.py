@@ -114,6 +114,13 @@ def _values(g: Any, args: Any) -> Any:
     return map_refs(args, lambda r: _value(g, r))
 
 
+def recomputes_same(g: Any, n: Any, src: Any) -> bool:
+    """Whether ``n`` runs ``src``'s op on the same values (arguments compared through recomputed
+    copies and swaps): the contract of a recomputed copy with its original."""
+    return (src.op, _values(g, src.args), _values(g, src.kwargs)) == (n.op, _values(g, n.args),
+                                                                      _values(g, n.kwargs))
+
+
 def _same_meta(a: TensorMeta, b: TensorMeta) -> bool:
     return a.shape == b.shape and a.dtype == b.dtype
 
@@ -125,8 +132,7 @@ def _contract(g: Any, n: Any) -> list[str]:
         src = g.nodes.get(n.recompute_of)
         if src is None:
             msgs.append(f"recomputes missing node id {n.recompute_of}")
-        elif (src.op, _values(g, src.args), _values(g, src.kwargs)) != (n.op, _values(g, n.args),
-                                                                         _values(g, n.kwargs)):
+        elif not recomputes_same(g, n, src):
             msgs.append(f"recomputes {src.name!r} but differs in op or arguments")
         elif len(src.outputs) != len(n.outputs) or not all(map(_same_meta, src.outputs, n.outputs)):
             msgs.append(f"recomputes {src.name!r} but differs in output shapes")

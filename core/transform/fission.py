@@ -185,6 +185,12 @@ def apply_split(g: Graph, split: Split, n: int) -> int:
     if n < 2 or split.length % n:
         raise SplitError(f"n={n} does not divide the split dimension of size {split.length}")
     s = set(split.nodes)
+    promoted = []
+    for v in split.nodes:  # an original erased with a copy kept: the copy takes its role
+        outside = [c for c in g.copies(v) if c not in s]
+        if outside and g.nodes[v].recompute_of is None:
+            g.promote_copy(outside[0])
+            promoted.append(outside[0])
     kept = s | set(split.decouple)
     origin = FissionOrigin(tuple(split.nodes), split.length, [g.nodes[v].copy() for v in topological(g, kept)],
                            list(split.inputs), list(split.outputs))
@@ -226,9 +232,31 @@ def apply_split(g: Graph, split: Split, n: int) -> int:
         g.replace_all_uses_with(r, new, only=outside, outputs=True)
     for v in reversed(split.nodes):
         g.erase_node(v)
+    _unlink_diverged_copies(g, [f.id, *promoted, *(c for p in promoted for c in g.copies(p))])
     origin.aux = tuple(v for v in range(first_new, g.new_id()) if v in g.nodes and v != f.id)
     origin.rebuilt = tuple(rebuilt)
     return f.id
+
+
+def _unlink_diverged_copies(g: Graph, changed: list[int]) -> None:
+    """After S's readers read the fission node and S's copies outside S took their originals'
+    role, a recomputed copy downstream may read another value than its original (the original
+    reads the fission node, the copy a promoted copy): such copies become plain ops (the same
+    values, so nothing else changes), and so do the copies that then diverge from them."""
+    from ..ir.lint import recomputes_same
+
+    seen = set(changed)
+    work = list(changed)
+    while work:
+        u = work.pop()
+        for w in g.users(u):
+            pairs = [(w, g.nodes[w].recompute_of)] if g.nodes[w].recompute_of is not None else []
+            pairs += [(c, w) for c in g.copies(w)]
+            for c, o in pairs:
+                if c not in seen and not recomputes_same(g, g.nodes[c], g.nodes[o]):
+                    g.make_plain(c)  # its own copies stay its copies; their values change with it
+                    seen.add(c)
+                    work.extend([c, *g.copies(c)])
 
 
 def defission(g: Graph, fid: int) -> list[int]:
