@@ -431,7 +431,7 @@ class MOptimizer:
         block with its backward), the child that lowers the peak at the least latency per byte,
         until none lowers it or the budget ends; returns the last state.  Not a phase of the warm
         start: on the SD-1.x UNet it lowers the frontier's low end (DTR's 0.44 plan, 0.439x at
-        +12.6%, to 0.419x at +16.7%) but adds nothing within +10%, and a share of a 20 s warm start
+        +12.6%, to 0.416x at +13.4%: ``bench/peak_fission.py``) but adds nothing within +10%, and a share of a 20 s warm start
         given to it cost the other phases more than it gave."""
         from .peak_fission import peak_windows
 
