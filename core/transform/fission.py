@@ -245,17 +245,17 @@ def _unlink_diverged_copies(g: Graph, changed: list[int]) -> None:
     values, so nothing else changes), and so do the copies that then diverge from them."""
     from ..ir.lint import recomputes_same
 
-    seen = set(changed)
-    work = list(changed)
+    work = list(changed)  # ops whose outputs' values may have changed
     while work:
         u = work.pop()
-        for w in g.users(u):
+        for w in [u, *g.users(u)]:
+            if w not in g.nodes:
+                continue
             pairs = [(w, g.nodes[w].recompute_of)] if g.nodes[w].recompute_of is not None else []
             pairs += [(c, w) for c in g.copies(w)]
             for c, o in pairs:
-                if c not in seen and not recomputes_same(g, g.nodes[c], g.nodes[o]):
+                if not recomputes_same(g, g.nodes[c], g.nodes[o]):
                     g.make_plain(c)  # its own copies stay its copies; their values change with it
-                    seen.add(c)
                     work.extend([c, *g.copies(c)])
 
 
