@@ -94,3 +94,33 @@ def test_peak_fission_steps_lower_the_peak_and_stay_exact(unet):
     h = replay(case.g, q.applications)
     assert simulate(h, q.order, COST).peak == end.peak
     case.verify_order(h, q.order, "peak fission steps")
+
+
+def test_low_end_goes_on_from_the_lowest_seed_below_it(unet):
+    """``low_end`` starts at the lowest-peak adopted plan and ends at or below it, on a chain of
+    states from it whose plan replays to the same peak."""
+    from core.search.moptimizer import low_end
+
+    case = unet
+    m = MOptimizer(case.g, COST)
+    for p in DTR().plans(case.g, COST, time_budget=30):
+        if p.applications:
+            m.adopt(p)
+    low = min(m.adopted, key=lambda s: (s.peak, s.latency))
+    end = low_end(m, 10.0)
+    assert end.peak <= low.peak and low in end.path()
+    q = m.plan(end)
+    assert simulate(replay(case.g, q.applications), q.order, COST).peak == end.peak
+
+
+@pytest.mark.parametrize("limit, called", [(0.05, 1), (0.99, 0)])
+def test_optimize_goes_below_the_warm_start_only_for_a_limit_it_does_not_meet(monkeypatch, limit, called):
+    from core.search import moptimizer
+    from sample_graphs.store import load_sample_graph
+
+    calls = []
+    real = moptimizer.low_end
+    monkeypatch.setattr(moptimizer, "low_end", lambda m, t, limit=None: calls.append(t) or real(m, t, limit))
+    pf = moptimizer.optimize(load_sample_graph("bert_tiny"), memory_limit=limit, time_budget=3)
+    assert len(calls) == called and all(t > 0 for t in calls)
+    assert pf.points[0].peak <= pf.points[-1].peak

@@ -60,6 +60,8 @@ REMAT_SMALL = 8  # a scan skips hot-spots under 1/8 of the largest it can lower 
 LAZY = 2.0  # remat_steps commits a scan's next child while its latency per byte is within 2x the best
 SWAP_SHARE = 0.25  # the warm start's share for Swap steps (resnet50 at <= 10%: 0.529x -> 0.442x)
 SWAP_FROM = (1.05, 1.10)  # Swap steps start from the lowest-peak state within +5% and within +10% latency
+LOW_END_SHARE = 0.5  # a memory limit below every state of the warm start: this share of what is left goes to ``low_end``
+LOW_END_BUDGETS = (1.08, 1.07, 1.06, 1.05, 1.04)  # ``low_end``'s DTR budgets, x the memory limit, tried down to the first that fails
 # the seeds' runs (``seeds.seed``; adopting them comes on top) before the warm start, this fraction of the
 # warm start's budget on top of it (out of the sweep's share): at 60 s, btlm_3b at +10% 0.370x -> 0.291x
 # against seeds taken out of the warm start's own budget; 20 s, t5 0.640x -> 0.506x; bert_base, resnet50 unchanged
@@ -619,6 +621,35 @@ def spaced_first(n: int, first: int) -> list[int]:
     return head + [i for i in range(n) if i not in taken]
 
 
+def low_end(m: MOptimizer, time_budget: float, limit: int | None = None) -> MState:
+    """Below the lowest point of the warm start: with a memory ``limit`` (bytes), DTR's plans at
+    budgets just above it (``LOW_END_BUDGETS`` x the limit, a quarter of ``time_budget``) are adopted
+    as seeds; then ``peak_fission_steps`` from the lowest-peak seed (another method's plan: DTR's
+    recomputed blocks, which the F-Tree cannot split with their backward; the archive's lowest state
+    when there is no seed) with half of what is left, then Swap steps from where they end with the
+    rest; returns the last state.  For a memory limit the warm start does not meet (SD-1.x UNet:
+    from DTR's 0.44 plan, 0.439x, to 0.407x: ``bench/peak_fission.py``)."""
+    from .peers.dtr import DTRFailure, DTRSim, budget_plan
+
+    t0 = time.perf_counter()
+    if limit is not None and "remat" in m.ev.rules:
+        _, free = DTRSim(m.imported, m.cost, None).run()
+        for f in LOW_END_BUDGETS:
+            left = time_budget / 4 - (time.perf_counter() - t0)
+            if left <= 0:
+                break
+            try:
+                p = budget_plan(m.imported, m.cost, f * limit / free["dtr_peak"], free,
+                                deadline=time.perf_counter() + left)
+            except DTRFailure:  # (a timeout too) too low a budget: the lower ones are no better
+                break
+            m.adopt(p)
+    pool = list(m.adopted) or m.archive
+    low = min(pool, key=lambda s: (s.peak, s.latency), default=m.root)
+    end = m.peak_fission_steps(low, (time_budget - (time.perf_counter() - t0)) / 2)
+    return m.remat_steps(end, time_budget - (time.perf_counter() - t0), step_rules=("swap", "swap_late"))
+
+
 def optimize(g: Graph, *, memory_limit: MemoryLimit | str | float | None = None,
              latency_limit: float | None = None, pareto: bool = False, time_budget: float = 60.0,
              device: str = "rtx3090", warm: float = WARM,
@@ -635,7 +666,9 @@ def optimize(g: Graph, *, memory_limit: MemoryLimit | str | float | None = None,
     ``MOptimizer.warm_start``).  ``on_start`` gets the optimizer before the search starts (a caller
     that shows its archive while it grows).  ``cost``: the cost model (default: ``device``'s analytic
     model), ``cost_name`` its kind (``core.cost.choice``), recorded in the meta as ``cost``.
-    ``substitutions``: TASO's substitution rules (``SEARCH_SUBSTITUTIONS``) are rules of the search too."""
+    ``substitutions``: TASO's substitution rules (``SEARCH_SUBSTITUTIONS``) are rules of the search too.
+    A memory limit that no state of the warm start meets gets ``LOW_END_SHARE`` of what is left
+    for ``low_end`` (peak fission, then Swap steps) before the search."""
     from .plan import PlanFile
     from .wl_hash import graph_hash
 
@@ -661,6 +694,9 @@ def optimize(g: Graph, *, memory_limit: MemoryLimit | str | float | None = None,
             mode, limit = "memory", memory.bytes(m.root.peak)
         else:
             mode, limit = "latency", latency_limit * m.root.latency
+        if mode == "memory" and not any(s.peak <= limit for s in m.archive):
+            low_end(m, LOW_END_SHARE * left, limit)
+            left = max(0.0, time_budget - (time.perf_counter() - t0))
         # from the best state known under the limit: the warm start's end may break a latency
         # limit that the imported graph meets
         obj = Objective(mode, limit)
