@@ -356,18 +356,14 @@ class MOptimizer:
         def matched(ref: TRef, where) -> list[Application]:
             return [a for r in rules for a in r.match(ev.g, [ref], where)]
 
-        def best(apps: list[Application]) -> tuple[tuple[float, int], Child] | None:
-            return self._cheapest(apps, t0 + time_budget)
-
-        take = self._take
         ranked: list[tuple] = []  # the kinds of the last full scan, cheapest first
         bar = 0.0
         while time.perf_counter() - t0 < time_budget:
             if ranked:  # the largest hot-spot left of the scan's cheapest kind still in play
                 ref = next((k for k in ev.hotspots() if k.index >= 0 and kind(k) == ranked[0]), None)
-                got = best(matched(ref, ev.where())) if ref is not None else None
+                got = self._cheapest(matched(ref, ev.where()), t0 + time_budget) if ref is not None else None
                 if got is not None and got[0][0] <= LAZY * bar:
-                    take(got[1])
+                    self._take(got[1])
                 else:
                     ranked.pop(0)
                 continue
@@ -388,7 +384,7 @@ class MOptimizer:
                 apps = matched(ref, where)
                 if apps:
                     kinds.add(kd)
-                    got = best(apps)
+                    got = self._cheapest(apps, t0 + time_budget)
                     if got is not None:
                         floor = floor or ev.intervals[ref][2] // REMAT_SMALL
                         scored.append((got[0], kd, got[1]))
@@ -396,7 +392,7 @@ class MOptimizer:
                 break
             scored.sort(key=lambda x: x[0])
             bar = max(scored[0][0][0], 1e-12)
-            take(scored[0][2])
+            self._take(scored[0][2])
             ranked = [kd for _, kd, _ in scored]
         return ev.state
 
@@ -433,8 +429,9 @@ class MOptimizer:
         block with its backward), the child that lowers the peak at the least latency per byte,
         until none lowers it or the budget ends; returns the last state.  Not a phase of the warm
         start: on the SD-1.x UNet it lowers the frontier's low end (DTR's 0.44 plan, 0.439x at
-        +12.6%, to 0.416x at +13.4%: ``bench/peak_fission.py``) but adds nothing within +10%, and a share of a 20 s warm start
-        given to it cost the other phases more than it gave."""
+        +12.6%, to 0.416x at +13.4%: ``bench/peak_fission.py``) but adds nothing within +10%, and
+        a share of a 20 s warm start given to it cost the other phases more than it gave
+        (``low_end`` uses it under a memory limit the warm start misses)."""
         from .peak_fission import peak_windows
 
         deadline = time.perf_counter() + time_budget
@@ -633,7 +630,7 @@ def low_end(m: MOptimizer, time_budget: float, limit: int | None = None) -> MSta
 
     t0 = time.perf_counter()
     if limit is not None and "remat" in m.ev.rules:
-        _, free = DTRSim(m.imported, m.cost, None).run()
+        free = m.seeds.dtr_free if m.seeds is not None and m.seeds.dtr_free else DTRSim(m.imported, m.cost, None).run()[1]
         for f in LOW_END_BUDGETS:
             left = time_budget / 4 - (time.perf_counter() - t0)
             if left <= 0:

@@ -39,6 +39,7 @@ class Seeds:
     plans: list[Plan] = field(default_factory=list)
     adopted: list[MState] = field(default_factory=list)
     seconds: float = 0.0
+    dtr_free: dict | None = None  # the stats of DTR's unbudgeted run (what its budgets are fractions of)
 
 
 def dtr_seeds(m, time_budget: float, budgets: tuple[float, ...] = SEED_BUDGETS,
@@ -62,6 +63,7 @@ def dtr_seeds(m, time_budget: float, budgets: tuple[float, ...] = SEED_BUDGETS,
         return out
     cost, base = m.cost, m.root.latency
     _, free = DTRSim(g, cost, None).run()
+    out.dtr_free = free
     plans: dict[float, Plan | None] = {}
 
     def run(b: float) -> Plan | None:

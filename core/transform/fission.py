@@ -24,6 +24,7 @@ from ..ir.graph import (
     TRef,
     map_refs,
 )
+from ..ir.lint import recomputes_same
 from .ftree_text import FTreeNamed
 from .rule import Application, Rule, RuleNotApplicable, RuleOption, Where
 
@@ -243,8 +244,6 @@ def _unlink_diverged_copies(g: Graph, changed: list[int]) -> None:
     role, a recomputed copy downstream may read another value than its original (the original
     reads the fission node, the copy a promoted copy): such copies become plain ops (the same
     values, so nothing else changes), and so do the copies that then diverge from them."""
-    from ..ir.lint import recomputes_same
-
     work = list(changed)  # ops whose outputs' values may have changed
     while work:
         u = work.pop()
