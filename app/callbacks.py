@@ -48,6 +48,10 @@ CY_OF = """function cyOf(id) {
     return el ? el._cyreg.cy : null;
 }"""
 
+DISMISS = """function(n) {
+    return n ? null : window.dash_clientside.no_update;
+}"""
+
 SELECT_TAPPED = """function(d, gid) {
     if (!d || d.nid === undefined || d.nid === null) { return window.dash_clientside.no_update; }
     return {gid: gid, nid: d.nid};
@@ -319,11 +323,9 @@ def register(app: Dash, state: AppState) -> None:
         show_message(f"Loaded {name}: {plural(len(g.ops()), 'op')}, {len(g.placeholders()):,} inputs & weights.", "ok")
         return state.model_options(), gid, None
 
-    @app.callback(Output("messages", "children"), Input("msg-close", "n_clicks"), prevent_initial_call=True)
-    def on_dismiss(n):
-        if not n:
-            raise PreventUpdate
-        return None
+    # in the browser: a server reply to the dismissal could land after a newer message and clear it
+    app.clientside_callback(DISMISS, Output("messages", "children"), Input("msg-close", "n_clicks"),
+                            prevent_initial_call=True)
 
     # ---- view state: expansion, selection, live tensors ------------------------------------------
     @app.callback(

@@ -151,9 +151,17 @@ def wait_message(pg, kind: str, text: str) -> str:
     """Wait until the message bar shows a ``kind`` ("error", "ok") message containing ``text`` and
     return it -- waiting for the text, not for any message, since the previous one may still be on the
     page while its dismissal makes the round trip."""
-    pg.wait_for_function("([k, t]) => (document.querySelector('#messages .msg-' + k)?.innerText || '')"
-                         ".includes(t)", arg=[kind, text], timeout=TIMEOUT)
-    return pg.locator(f"#messages .msg-{kind}").inner_text()
+    shown = pg.wait_for_function("([k, t]) => { const s = document.querySelector('#messages .msg-' + k)"
+                                 "?.innerText || ''; return s.includes(t) ? s : false; }",
+                                 arg=[kind, text], timeout=TIMEOUT)
+    return shown.json_value()
+
+
+def dismiss_message(pg) -> None:
+    """Close the message bar and wait until it is empty, so the next message the test waits for is the
+    next action's own."""
+    pg.click("#msg-close")
+    pg.wait_for_function("() => !document.querySelector('#messages .msg')", timeout=TIMEOUT)
 
 
 def graph_token(pg) -> str:

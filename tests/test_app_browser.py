@@ -25,6 +25,7 @@ from tests.browser_helpers import (
     summary_model,
     tap,
     wait_cy_stable,
+    wait_message,
     wait_ready,
 )
 
@@ -213,9 +214,7 @@ def test_bad_uploads_show_errors_and_app_keeps_working(page, server, tmp_path):
     upload = page.locator("#upload input[type=file]")
     for name, data, expect in files:
         upload.set_input_files(files=[{"name": name, "mimeType": "application/octet-stream", "buffer": data}])
-        page.wait_for_function("(t) => (document.querySelector('#messages .msg-error')?.innerText || '')"
-                               ".includes(t)", arg=expect)
-        msg = page.locator("#messages .msg-error").inner_text()
+        msg = wait_message(page, "error", expect)
         assert name in msg and "Traceback" not in msg
         shot(page, f"app_bad_upload_{name.split('.')[0]}")
     assert summary_model(page) == "bert_tiny"  # still showing the model it had

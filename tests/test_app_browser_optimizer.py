@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from tests.browser_helpers import TIMEOUT, _cy, opened, shot, wait_message, wait_ready
+from tests.browser_helpers import TIMEOUT, _cy, dismiss_message, opened, shot, wait_message, wait_ready
 
 pytestmark = [pytest.mark.browser]
 APP_SAMPLE = SAMPLE = "fig6_ftree"  # the module's server (conftest.py)
@@ -203,7 +203,7 @@ def test_bad_limit_and_foreign_plan_file_are_messages(page, server, tmp_path):
     page.fill("#fit-limit", "1KiB")
     page.press("#fit-limit", "Enter")
     wait_message(page, "error", "no plan on the frontier has a peak under 1.00 KiB")
-    page.click("#msg-close")
+    dismiss_message(page)
     # a plan file made for another graph
     from core.metrics import metrics
     from core.search.plan import Plan, PlanFile, plans_to_bytes
@@ -217,7 +217,7 @@ def test_bad_limit_and_foreign_plan_file_are_messages(page, server, tmp_path):
     page.set_input_files("#plan-upload input[type=file]", str(path))
     wait_message(page, "error", "made for graph")
     # not JSON at all
-    page.click("#msg-close")
+    dismiss_message(page)
     bad = tmp_path / "junk.json"
     bad.write_bytes(base64.b64encode(b"\x00\x01 not a plan"))
     page.set_input_files("#plan-upload input[type=file]", str(bad))
