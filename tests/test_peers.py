@@ -5,6 +5,7 @@ peer's plans on the tiny workloads verified against eager PyTorch, with a table 
 from __future__ import annotations
 
 import itertools
+import random
 
 import pytest
 
@@ -431,18 +432,40 @@ def test_checkmate_reports_infeasible_and_not_solved_in_time_without_raising():
     assert run.plans == [] and run.failures[0].reason.startswith("not run: formulating the MILP")
 
 
-def test_checkmate_sweeps_down_to_0_3_and_stops_at_the_first_proven_infeasible_budget():
+def test_checkmate_sweeps_0_95_to_0_3_coarse_to_fine_and_skips_budgets_below_a_proven_infeasible_one():
     g, cost = chain(6)
     run = METHODS["checkmate"].run(g, cost, solver="milp")
     budgets = [float(p.label.split()[1]) for p in run.plans]
     # eager's peak is 801 B; any g_i holds x, the loss (an output), g_{i+1}, a_{i-1} and its own
-    # output: 401 B > 0.5 * 801, so 0.5 is infeasible and so is every smaller budget (reported
-    # without being solved); 0.55 (440 B) is met by recomputing
+    # output: 401 B > 0.5 * 801, so 0.5 is infeasible and so is every smaller budget; 0.55 (440 B)
+    # is met by recomputing
     assert budgets == [0.95, 0.9, 0.85, 0.8, 0.75, 0.7, 0.65, 0.6, 0.55]
     assert [f.label for f in run.failures] == [f"budget {b / 100:g}" for b in range(50, 25, -5)]
-    assert run.failures[0].reason.startswith("infeasible")
-    assert all(f.reason == "infeasible (budget 0.5 already is)" for f in run.failures[1:])
+    # the order is 0.95, 0.3, 0.65, 0.8, 0.5, ...: 0.3 and 0.5 are solved (and proven infeasible);
+    # 0.45-0.35 come after 0.5 and are reported without being solved
+    reasons = {f.label: f.reason for f in run.failures}
+    assert reasons["budget 0.3"].startswith("infeasible") and reasons["budget 0.5"].startswith("infeasible")
+    assert "already" not in reasons["budget 0.3"] + reasons["budget 0.5"]
+    assert all(reasons[f"budget {b:g}"] == "infeasible (budget 0.5 already is)" for b in (0.45, 0.4, 0.35))
     assert all(p.stats["solver"] == "milp" and p.stats["optimal"] for p in run.plans)
+
+
+def test_coarse_to_fine_runs_both_ends_then_splits_the_widest_gap():
+    from core.search.peers.common import coarse_to_fine
+
+    assert coarse_to_fine([5, 4, 3, 2, 1]) == [5, 1, 3, 4, 2]
+    assert coarse_to_fine([9, 8, 7, 6, 5, 4, 3, 2, 1]) == [9, 1, 5, 7, 3, 8, 6, 4, 2]
+    assert coarse_to_fine([]) == [] and coarse_to_fine([1]) == [1] and coarse_to_fine([2, 1]) == [2, 1]
+    rng = random.Random(0)
+    for _ in range(50):  # a permutation of any sweep; its first k points split it into near-even gaps
+        # (the widest at most twice the narrowest, plus one for the odd halves)
+        n = rng.randint(3, 40)
+        out = coarse_to_fine(list(range(n)))
+        assert sorted(out) == list(range(n))
+        for k in range(2, n + 1):
+            first = sorted(out[:k])
+            gaps = [b - a for a, b in zip(first, first[1:], strict=False)]
+            assert max(gaps) <= 2 * min(gaps) + 1, (n, k, first)
 
 
 def test_checkmate_lp_rounding_is_feasible_and_between_the_lp_bound_and_the_brute_force_optimum():

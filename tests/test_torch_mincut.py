@@ -45,6 +45,30 @@ def test_default_budgets_are_0_to_1_in_steps_of_0_05():
     assert all(abs(a - b - 0.05) < 1e-9 for a, b in zip(torch_mincut.BUDGETS, torch_mincut.BUDGETS[1:], strict=False))
 
 
+def test_budgets_run_coarse_to_fine_and_come_back_in_sweep_order(bert_tiny, monkeypatch):
+    """A time budget that ends early must thin the sweep, not drop its low budgets: the partitioner
+    is called at 1, 0, 0.5, 0.75, ... and the points and failures are listed from 1 down."""
+    from core.search.peers.common import coarse_to_fine
+
+    g, _ = bert_tiny
+    asked = []
+    real = torch_mincut.partition
+
+    def spy(joint, budget, **kw):
+        asked.append(budget)
+        if budget in (0.5, 0.25):
+            raise RuntimeError("no cut")
+        return real(joint, budget, **kw)
+
+    monkeypatch.setattr(torch_mincut, "partition", spy)
+    budgets = (1.0, 0.75, 0.5, 0.25, 0.0)
+    run = METHODS["torch_mincut"].run(g, AnalyticCost("rtx3090"), time_budget=300, budgets=budgets)
+    assert asked == coarse_to_fine(list(budgets)) == [1.0, 0.0, 0.5, 0.75, 0.25]
+    assert [p.stats["activation_memory_budget"] for p in run.plans] == [1.0, 0.75, 0.0]
+    assert [f.label for f in run.failures] == ["budget 0.5", "budget 0.25"]
+    assert all("torch's partitioner failed: RuntimeError: no cut" in f.reason for f in run.failures)
+
+
 @pytest.mark.slow
 def test_torch_recomputes_differently_when_our_cost_model_makes_an_op_expensive(bert_tiny):
     """At budget 0.5 torch's knapsack (timed by our cost model) recomputes two ``addmm``s; with

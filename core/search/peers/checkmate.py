@@ -47,7 +47,7 @@ import numpy as np
 
 from ...ir.graph import Graph, TRef
 from .base import Peer, eager_peak
-from .common import Failure, Inst, RematDecision, candidates, make_plan, realise, traced_order
+from .common import Failure, Inst, RematDecision, candidates, coarse_to_fine, make_plan, realise, traced_order
 
 BUDGETS = tuple(round(0.95 - 0.05 * k, 2) for k in range(14))  # 0.95, 0.9, ..., 0.3 of eager's peak
 TIGHTEN = (0.9, 0.8)  # the LP solved again at these fractions of a budget no rounding met
@@ -532,9 +532,9 @@ class Checkmate(Peer):
     def _run(self, g, cost, *, time_budget, progress, budgets=BUDGETS, time_limit=None, solver="auto",
              milp_share=0.5, milp_max_vars=MILP_MAX_VARS, samples=4, thresholds=THRESHOLDS, tighten=TIGHTEN,
              seed=0, max_vars=None, max_nodes=None, **_):
-        """Budgets (fractions of eager's peak) from the largest down; the first proven infeasible
-        (by the MILP, its LP relaxation, or memory no variable lowers) ends the sweep: every smaller
-        one is infeasible too.  ``time_limit``: seconds per budget (default: an equal share of what
+        """Budgets (fractions of eager's peak) coarse to fine (``common.coarse_to_fine``: the largest,
+        the smallest, the middle, ...); one proven infeasible (by the MILP, its LP relaxation, or
+        memory no variable lowers) rules out every smaller one, which is not run.  ``time_limit``: seconds per budget (default: an equal share of what
         is left of ``time_budget`` over the budgets left).  ``solver``: "auto" (the MILP within
         ``milp_share`` of that, then the LP relaxation with two-phase rounding; the LP alone when the
         MILP has more than ``milp_max_vars`` variables), "milp" or "lp".
@@ -548,7 +548,7 @@ class Checkmate(Peer):
         last = getattr(self, "_problem", None)
         p = last[2] if last is not None and last[0] is g and last[1] is cost else problem(g, cost)
         self._problem = None
-        budgets = sorted(budgets, reverse=True)
+        budgets = coarse_to_fine(sorted(budgets, reverse=True))  # the whole range first, then finer
         try:
             f = formulate(p, deadline=t0 + time_budget)
             mat = f.model.matrix(deadline=t0 + time_budget)
@@ -567,7 +567,7 @@ class Checkmate(Peer):
         proven: float | None = None
         for k, b in enumerate(budgets):
             label = f"budget {b:g}"
-            if proven is not None:
+            if proven is not None and b <= proven:
                 failures.append(Failure(label, f"infeasible (budget {proven:g} already is)"))
                 continue
             left = time_budget - (time.perf_counter() - t0)
@@ -585,10 +585,12 @@ class Checkmate(Peer):
                     plan.stats["milp_skipped"] = f"{nv} variables > {milp_max_vars}"
                 plans.append(plan)
             elif infeasible:
-                proven = b
+                proven = b if proven is None else max(proven, b)
                 failures.append(Failure(label, why))
             else:
                 failures.append(Failure(label, f"not run: {why}"))
+        plans.sort(key=lambda q: -q.stats["budget_fraction"])
+        failures.sort(key=lambda q: -float(q.label.split()[-1]))
         return plans, failures
 
     def _point(self, g, cost, p, f, mat, label, b, limit, share, solver, milp_share, samples, thresholds, tighten,

@@ -24,9 +24,10 @@ rules:
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import heapq
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from ...cost.model import CostModel
 from ...ir.graph import Graph, NodeKind, TensorKind, TRef
@@ -37,6 +38,7 @@ from ...transform.remat import Remat, recomputable
 from ...transform.rule import Application
 from ..plan import Plan
 
+T = TypeVar("T")
 Inst = tuple[int, int]  # (op node id, instance); instance 0 is the op's first computation
 
 
@@ -309,6 +311,26 @@ def make_plan(method: str, label: str, r: Realised, cost: CostModel, **stats: An
     return Plan(method, list(r.applications), list(r.order), sim.metrics(), label, {**r.stats, **stats})
 
 
+def coarse_to_fine(values: Sequence[T]) -> list[T]:
+    """``values`` (a sweep, e.g. budgets from high to low) in the order a method with a time budget
+    runs them: both ends, then again and again the middle of the widest gap left (the first of
+    equal ones) -- so a budget that runs out leaves the sweep evenly thinned rather than cut off at
+    one end (a peer whose every point takes seconds would otherwise never reach its low budgets)."""
+    n = len(values)
+    if n <= 2:
+        return list(values)
+    picked = [0, n - 1]
+    gaps = [(-(n - 1), 0, n - 1)]  # (minus the width, start, end): the widest first, then the first
+    while gaps:
+        _, a, b = heapq.heappop(gaps)
+        if b - a > 1:
+            m = (a + b) // 2
+            picked.append(m)
+            heapq.heappush(gaps, (-(m - a), a, m))
+            heapq.heappush(gaps, (-(b - m), m, b))
+    return [values[i] for i in picked]
+
+
 @dataclass
 class Failure:
     """A point a method could not produce (budget infeasible, thrashing, not solved in time)."""
@@ -317,6 +339,7 @@ class Failure:
     reason: str
 
 
-__all__ = ["Failure", "Inst", "Realised", "RematDecision", "backward_start", "candidates", "forward_ops", "kept_ops",
+__all__ = ["Failure", "Inst", "Realised", "RematDecision", "backward_start", "candidates", "coarse_to_fine",
+           "forward_ops", "kept_ops",
            "make_plan",
            "own_bytes", "pull_events", "realise", "storage_members", "traced_order", "two_instance_decision"]

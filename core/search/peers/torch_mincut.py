@@ -15,7 +15,8 @@ charges each recomputation its full cost, ``stats["latency_fused"]`` charges not
 recomputed pointwise op (:func:`fused_latency`), as when Inductor fuses it into its consumer.
 
 The joint graph is built once per run and deep-copied for each budget (the partitioner runs DCE
-on it in place); the budgets are 0 to 1 in steps of 0.05.
+on it in place); the budgets are 0 to 1 in steps of 0.05, run coarse to fine (1, 0, 0.5, 0.75, 0.25, ...:
+``common.coarse_to_fine``) so a time budget that ends early thins the sweep evenly.
 
 torch runs on the joint forward+backward graph built from our graph itself (:func:`joint_from_graph`:
 every fx node calls our node's aten op under our node's name, with fake-tensor values), so a graph
@@ -47,6 +48,7 @@ from .common import (
     Failure,
     Realised,
     candidates,
+    coarse_to_fine,
     forward_ops,
     make_plan,
     own_bytes,
@@ -250,7 +252,7 @@ class TorchMinCut(Peer):
         fwd = forward_ops(g)
         cand = candidates(g)
         plans, failures = [], []
-        for b in budgets:
+        for b in coarse_to_fine(sorted(budgets, reverse=True)):  # the whole range first, then finer
             label = f"budget {b:g}"
             if time.perf_counter() - t0 > time_budget:
                 failures.append(Failure(label, f"time budget {time_budget:g} s spent"))
@@ -288,6 +290,8 @@ class TorchMinCut(Peer):
         if estimator == "ours" and est.unmapped:
             for p in plans:
                 p.stats["estimated_unmapped"] = sorted(set(est.unmapped))[:20]
+        plans.sort(key=lambda p: -p.stats["activation_memory_budget"])
+        failures.sort(key=lambda f: -float(f.label.split()[-1]))
         return plans, failures
 
 
