@@ -22,6 +22,9 @@ convergence, as PNG and HTML.
                            [--time-budget 60] [--peer-budget 60] [--substitute K] [--plots bench/results/pareto]
                            [--json bench/results/pareto.json]
     python bench/pareto.py --merge PART.json PART.json ... [--json bench/results/pareto.json]
+
+``--merge``: the parts (processes side by side, a workload list each) as one table, in the paper's
+order; a workload run again in a later part (a rerun after a peer changed) is taken from that part.
 """
 
 from __future__ import annotations
@@ -136,17 +139,26 @@ def replot(path: Path, out: Path) -> None:
 
 
 def merge(parts: list[Path], path: Path | None) -> None:
-    """One table (and JSON) of runs made in parts -- processes side by side, a workload list each --
-    in the order of the parts; their figures were written by the parts."""
+    """One table (and JSON) of runs made in parts -- processes side by side, a workload list each;
+    a workload in several parts counts as run by the last of them (a rerun of some workloads merged
+    over the earlier run of all: ``part_of`` says which part each one's numbers come from) -- in
+    the paper's order of the workloads; their figures were written by the parts."""
     docs = [json.loads(p.read_text()) for p in parts]
     keys = ("device", "time_budget", "peer_budget", "substitute", "checkmate_time_limit", "checkmate_max_vars")
     confs = {tuple(d.get(k) for k in keys) for d in docs}
     if len(confs) != 1:
         raise SystemExit(f"the parts were run with different settings: {sorted(map(str, confs))}")
+    owner = {w["workload"]: i for i, d in enumerate(docs) for w in d["workloads"]}
+    names = sorted(owner, key=lambda n: (PAPER.index(n) if n in PAPER else len(PAPER), n))
+
+    def of(key: str, name: str) -> list:
+        return [x for x in docs[owner[name]][key] if x["workload"] == name]
+
     doc = {**{k: docs[0].get(k) for k in keys},
            "methods": list(dict.fromkeys(m for d in docs for m in d["methods"])), "paper": docs[0].get("paper"),
-           "rows": [r for d in docs for r in d["rows"]], "failures": [f for d in docs for f in d["failures"]],
-           "workloads": [w for d in docs for w in d["workloads"]], "parts": [str(p) for p in parts]}
+           "rows": [r for n in names for r in of("rows", n)], "failures": [f for n in names for f in of("failures", n)],
+           "workloads": [w for n in names for w in of("workloads", n)], "parts": [str(p) for p in parts],
+           "part_of": {n: str(parts[owner[n]]) for n in names}}
     print(_header(doc))
     print(format_table(doc["rows"], doc["failures"]))
     if path:

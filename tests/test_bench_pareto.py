@@ -5,6 +5,7 @@ not exceptions, the JSON, the figures)."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -18,6 +19,8 @@ from bench.pareto import (
 from bench.plots import frontier
 from core.cost.model import AnalyticCost
 from sample_graphs.store import load_sample_graph
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_summarise_on_hand_made_points():
@@ -87,3 +90,32 @@ def test_the_harness_end_to_end_on_a_tiny_workload(tmp_path, capsys):
     assert (out / "plotly.min.js").stat().st_size > 1_000_000
     # the table again from the JSON, without running anything
     assert format_table(doc["rows"], doc["failures"]).splitlines()[2].startswith("bert_tiny     magis")
+
+
+def test_merge_orders_the_paper_workloads_and_a_later_part_overrides_a_workload(tmp_path, capsys):
+    """Two parts of one run, then a rerun of one workload merged over them: that workload's rows,
+    failures and points come from the rerun, every other from the run, in the paper's order."""
+    from bench.pareto import PAPER, merge
+
+    run = [json.loads((ROOT / "bench" / "results" / f"pareto_part{k}.json").read_text()) for k in (1, 2)]
+    parts = []
+    for k, doc in enumerate(reversed(run)):  # the part with btlm_3b first: the order is the paper's anyway
+        parts.append(tmp_path / f"part{k}.json")
+        parts[-1].write_text(json.dumps(doc))
+    rerun = {**run[0], "workloads": [w for w in run[0]["workloads"] if w["workload"] == "unet"],
+             "rows": [{**r, "peak_at_10pct": 0.123} for r in run[0]["rows"] if r["workload"] == "unet"],
+             "failures": [{"workload": "unet", "method": "dtr", "label": "budget 0.3", "reason": "rerun"}]}
+    parts.append(tmp_path / "rerun.json")
+    parts[-1].write_text(json.dumps(rerun))
+    merge(parts, tmp_path / "merged.json")
+    doc = json.loads((tmp_path / "merged.json").read_text())
+    names = [w["workload"] for w in doc["workloads"]]
+    assert names == PAPER
+    assert [r["workload"] for r in doc["rows"]] == sorted((r["workload"] for r in doc["rows"]), key=PAPER.index)
+    unet = [r for r in doc["rows"] if r["workload"] == "unet"]
+    assert unet and all(r["peak_at_10pct"] == 0.123 for r in unet)
+    assert [f for f in doc["failures"] if f["workload"] == "unet"] == rerun["failures"]
+    assert len([f for f in doc["failures"] if f["workload"] != "unet"]) == sum(
+        1 for d in run for f in d["failures"] if f["workload"] != "unet")
+    assert doc["part_of"]["unet"] == str(parts[-1]) and doc["part_of"]["btlm_3b"] == str(parts[0])
+    assert "rerun" in capsys.readouterr().out  # the printed table lists the rerun's failure
