@@ -39,6 +39,7 @@ from __future__ import annotations
 import bisect
 import heapq
 from collections.abc import Callable, Iterable, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import numpy as np
@@ -246,6 +247,7 @@ class Child(HasMetrics):
     hash: int
     exact_window: bool = True  # the window's DP finished (no state cap or time limit hit)
     scheduled: int = 0  # ops the window's DP was given (at most the evaluator's ``window_cap``)
+    focus_peak: int | None = None  # under ``DeltaEvaluator.focused``: the curve's most over the spike's ops
 
 
 class DeltaEvaluator:
@@ -279,6 +281,7 @@ class DeltaEvaluator:
         self.root = MState(None, None, 0, -1, (), metrics(peak, self.latency, host_bytes=host), self.wl.value())
         self.state = self.root
         self._stack: list[tuple[MState, EditLog, tuple[int, ...], set[TRef], dict]] = []
+        self._focus: tuple[int, frozenset[int]] | None = None  # (the spike's op, the ops around it)
 
     # ---- from scratch ----------------------------------------------------------------------------
     def _interval(self, s: _Storage, pos, last: int, done: dict[int, int] | None = None) -> tuple[int, int, int] | None:
@@ -327,7 +330,13 @@ class DeltaEvaluator:
         """Storages alive at a peak step of the working schedule (largest first): MAGIS's H."""
         if not len(self.curve):
             return []
-        peaks = np.flatnonzero(self.curve == self.curve.max())
+        return self.hotspots_at(np.flatnonzero(self.curve == self.curve.max()))
+
+    def hotspots_at(self, steps: int | Sequence[int]) -> list[TRef]:
+        """Storages alive at any of ``steps`` (positions of the working schedule), largest first."""
+        peaks = np.unique(np.atleast_1d(np.asarray(steps, dtype=np.int64)))
+        if not len(peaks):
+            return []
         keys = list(self.intervals)
         iv = np.array([self.intervals[k] for k in keys], dtype=np.int64).reshape(-1, 3)
         first = np.searchsorted(peaks, iv[:, 0], side="left")
@@ -336,9 +345,36 @@ class DeltaEvaluator:
         return [k for _, k in sorted(hot, key=lambda x: (-x[0], x[1]))]
 
     def where(self) -> Where:
-        """The working schedule as rules that match by liveness see it (positions, peak steps)."""
+        """The working schedule as rules that match by liveness see it (positions, peak steps);
+        under ``focused``, the spike's step is the one peak."""
+        if self._focus is not None:
+            return Where(self.pos, (self.pos[self._focus[0]],))
         peaks = np.flatnonzero(self.curve == self.curve.max()) if len(self.curve) else ()
         return Where(self.pos, tuple(int(p) for p in peaks))
+
+    @contextmanager
+    def focused(self, step: int, width: int):
+        """Evaluate children against one spike of the working curve -- step ``step``, a local
+        maximum that need not be the peak: rules match and swaps place their LOADs as if it were
+        the one peak step, and each child's ``focus_peak`` is the most its curve holds at the ops of
+        positions ``step - width .. step + width`` (wherever the child's schedule puts them).  The
+        working state must not change inside the block."""
+        if self._focus is not None:
+            raise RuntimeError("already focused")
+        lo, hi = max(0, step - width), min(len(self.order), step + width + 1)
+        self._focus = (self.order[step], frozenset(self.order[lo:hi]))
+        try:
+            yield
+        finally:
+            self._focus = None
+
+    def _focus_peak(self, order: Sequence[int], curve: np.ndarray) -> int | None:
+        """The most ``curve`` (over ``order``) holds at the focused ops, or None when not focused."""
+        if self._focus is None:
+            return None
+        ops = self._focus[1]
+        at = [i for i, v in enumerate(order) if v in ops]
+        return int(curve[at].max()) if at else 0
 
     def applications(self, hot: Iterable[TRef] | None = None) -> list[Application]:
         """Every rule's applications on the working graph (tensor rules on the hot-spots)."""
@@ -741,20 +777,26 @@ class DeltaEvaluator:
         peak = int(curve.max()) if len(curve) else 0
         uncopied = any(e.kind == "erase" and e.node is not None and e.node.kind in COPY_KINDS for e in log.edits)
         host = 0  # a graph without copies holds nothing on the host
+        order = self.order[:L] + window + self.order[R + 1:] if self._focus is not None else None
         if self.storages.copy_nodes or uncopied:  # the working latency is a simulated one: no delta
-            peak, latency, host = self._simulated(self.order[:L] + window + self.order[R + 1:], log.touched())
+            order = self.order[:L] + window + self.order[R + 1:]
+            curve, latency, host = self._simulated(order, log.touched())
+            peak = int(curve.max()) if len(curve) else 0
         else:
             latency = self.latency + self._latency_delta(log)
         return Child(app, L, R, tuple(window), metrics(peak, latency, host_bytes=host), self.wl.value(), exact,
-                     scheduled)
+                     scheduled, self._focus_peak(order, curve) if order is not None else None)
 
     def _placed(self, app: Application, L: int, R: int, window: list[int], touched: set[int]) -> Child:
         """The child whose window is ``window`` as placed (a swap), simulated in full."""
-        peak, latency, host = self._simulated(self.order[:L] + window + self.order[R + 1:], touched)
-        return Child(app, L, R, tuple(window), metrics(peak, latency, host_bytes=host), self.wl.value(), True)
+        order = self.order[:L] + window + self.order[R + 1:]
+        curve, latency, host = self._simulated(order, touched)
+        peak = int(curve.max()) if len(curve) else 0
+        return Child(app, L, R, tuple(window), metrics(peak, latency, host_bytes=host), self.wl.value(), True,
+                     focus_peak=self._focus_peak(order, curve))
 
-    def _simulated(self, order: list[int], touched: set[int]) -> tuple[int, float, int]:
-        """(peak, latency, host peak) of the working graph under ``order``, as ``simulate`` computes
+    def _simulated(self, order: list[int], touched: set[int]) -> tuple[np.ndarray, float, int]:
+        """(memory curve, latency, host peak) of the working graph under ``order``, as ``simulate`` computes
         them (the copy stream's timing, a copy's input freed when the copy completes; a host copy
         alive from its STORE to its last LOAD, as ``lifetimes.storage_events`` has it), from the
         cached op times (those of ``touched`` taken afresh) and the storage index rather than from
@@ -762,7 +804,7 @@ class DeltaEvaluator:
         g, times, cost = self.g, self.times, self.cost
         n = len(order)
         if not n:
-            return 0, 0.0, 0
+            return np.zeros(0, dtype=np.int64), 0.0, 0
 
         def duration(node) -> float:
             v = node.id
@@ -784,7 +826,7 @@ class DeltaEvaluator:
             if iv is not None:
                 d[max(iv[0], 0)] += iv[2]
                 d[iv[1] + 1] -= iv[2]
-        return int(np.cumsum(d)[:n].max()), float(end.max()), int(np.cumsum(h)[:n].max())
+        return np.cumsum(d)[:n], float(end.max()), int(np.cumsum(h)[:n].max())
 
     def _latency_delta(self, log: EditLog) -> float:
         g, times = self.g, self.times
@@ -855,7 +897,8 @@ class DeltaEvaluator:
         self._enter(last, log, changed, saved)
         host = 0
         if self.storages.copy_nodes:
-            peak, latency, host = self._simulated(self.order, set())
+            curve, latency, host = self._simulated(self.order, set())
+            peak = int(curve.max()) if len(curve) else 0
         else:
             latency = self._full_latency()
             peak = self.peak

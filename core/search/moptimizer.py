@@ -62,6 +62,11 @@ SWAP_SHARE = 0.25  # the warm start's share for Swap steps (resnet50 at <= 10%: 
 SWAP_FROM = (1.05, 1.10)  # Swap steps start from the lowest-peak state within +5% and within +10% latency
 LOW_END_SHARE = 0.5  # a memory limit below every state of the warm start: this share of what is left goes to ``low_end``
 LOW_END_BUDGETS = (1.08, 1.07, 1.06, 1.05, 1.04)  # ``low_end``'s DTR budgets, x the memory limit, tried down to the first that fails
+SPIKE_TOL = 0.004  # spike_steps works on the spikes within 0.4% (of the imported peak) of the working peak
+SPIKE_SEP = 100  # ... at least this many steps apart
+SPIKE_WIDTH = 30  # a child is judged by the most its curve holds at the ops within 30 steps of the spike
+SPIKE_CANDIDATES = 10  # the largest tensors alive at the spike that the rules are matched on
+SPIKE_RULES = ("swap", "swap_late", "remat", "remat_chain")
 # the seeds' runs (``seeds.seed``; adopting them comes on top) before the warm start, this fraction of the
 # warm start's budget on top of it (out of the sweep's share): at 60 s, btlm_3b at +10% 0.370x -> 0.291x
 # against seeds taken out of the warm start's own budget; 20 s, t5 0.640x -> 0.506x; bert_base, resnet50 unchanged
@@ -445,6 +450,60 @@ class MOptimizer:
             if got is None:
                 break
             self._take(got[1])
+        return ev.state
+
+    def spike_steps(self, s: MState, time_budget: float, tol: float = SPIKE_TOL, sep: int = SPIKE_SEP,
+                    width: int = SPIKE_WIDTH, candidates: int = SPIKE_CANDIDATES,
+                    step_rules: tuple[str, ...] = SPIKE_RULES) -> MState:
+        """From ``s``, lower the spikes of the curve one at a time (``spikes.spikes``: local maxima
+        within ``tol`` of the imported peak below the working peak, ``sep`` steps apart), highest
+        first: per step, the rules of ``step_rules`` matched on the ``candidates`` largest tensors
+        alive at the spike, each child evaluated against that spike (``DeltaEvaluator.focused``)
+        and kept when it lowers the spike without raising the peak; the one of least latency per
+        byte the spike goes down is committed.  A spike no child lowers is left for the rest of the
+        run.  Where ``remat_steps`` stops because two parts of the schedule peak at the same
+        height, the peak falls once each of them is lowered.  Returns the last state.  Not a phase
+        of ``optimize``: on the SD-1.x UNet, from the Swap steps' states within +8-10%, it lowers
+        the lowest point within +10% from 0.431x to 0.416x (``bench/spike_steps.py``), but a 10%
+        share of a 20 s warm start cost the Swap steps more than it gave on 6 of 19 zoo models,
+        and in ``low_end`` (limit 0.42 on the UNet, 90 and 180 s) it found nothing the peak fission
+        and Swap steps there did not."""
+        from .spikes import spikes
+
+        rules = [self.ev.rules[k] for k in step_rules if k in self.ev.rules]
+        deadline = time.perf_counter() + time_budget
+        ev = self.ev
+        ev.goto(s)
+        stuck: set[int] = set()  # the ops of spikes no child lowered
+        while rules and time.perf_counter() < deadline:
+            curve = ev.curve
+            top = int(curve.max()) if len(curve) else 0
+            todo = [p for p in spikes(curve, top - tol * self.root.peak, sep) if ev.order[p] not in stuck]
+            if not todo:
+                break
+            p = todo[0]
+            here, height = ev.state, int(curve[p])
+            hot = [k for k in ev.hotspots_at(p) if k.index >= 0
+                   and ev.g.nodes[k.node].kind != NodeKind.PLACEHOLDER][:candidates]
+            best: tuple[tuple[float, int], Child] | None = None
+            with ev.focused(p, width):
+                where = ev.where()
+                for app in (a for r in rules for a in r.match(ev.g, hot, where)):
+                    if time.perf_counter() > deadline:
+                        break
+                    try:
+                        c = ev.evaluate(app)
+                    except RuleNotApplicable:
+                        continue
+                    if c.peak > here.peak or c.focus_peak is None or c.focus_peak >= height or c.hash in self.seen:
+                        continue
+                    key = (max(c.latency - here.latency, 0.0) / (height - c.focus_peak), c.peak)
+                    if best is None or key < best[0]:
+                        best = (key, c)
+            if best is None:
+                stuck.add(ev.order[p])
+                continue
+            self._take(best[1])
         return ev.state
 
     # ---- Algorithm 3 -----------------------------------------------------------------------------
