@@ -26,18 +26,12 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
+from peak_fission import SLACK, SWAP_RULES, _fmt, _point  # noqa: E402
 from zoo import import_graph  # noqa: E402
 
 from core.cost.model import AnalyticCost  # noqa: E402
 from core.search.moptimizer import MOptimizer  # noqa: E402
 from core.search.peers.dtr import DTRFailure, DTRSim, budget_plan  # noqa: E402
-
-SWAP_RULES = ("swap", "swap_late")
-SLACK = 1.10
-
-
-def _point(m: MOptimizer, s) -> dict:
-    return {"peak": s.peak / m.root.peak, "overhead": s.latency / m.root.latency - 1, "depth": s.depth}
 
 
 def _lowest(m: MOptimizer, start, slack: float | None = None):
@@ -76,10 +70,6 @@ def run_budget(g, cost, frac: float, free: dict, swap_s: float, spike_s: float, 
                      "lowest": _point(m, low)}
     say(f"  DTR {frac}: done")
     return row
-
-
-def _fmt(p: dict | None) -> str:
-    return "-" if p is None else f"{p['peak']:.4f}x at {100 * p['overhead']:+.1f}%"
 
 
 def format_table(rows: list[dict]) -> str:

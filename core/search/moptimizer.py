@@ -401,9 +401,11 @@ class MOptimizer:
             ranked = [kd for _, kd, _ in scored]
         return ev.state
 
-    def _cheapest(self, apps: list[Application], deadline: float) -> tuple[tuple[float, int], Child] | None:
-        """The child that lowers the working state's peak at the least latency per byte among
-        ``apps`` (those evaluated before ``deadline``), with its key (latency per byte, peak)."""
+    def _cheapest(self, apps: Sequence[Application], deadline: float,
+                  gain: Callable[[Child], int] | None = None) -> tuple[tuple[float, int], Child] | None:
+        """The child that lowers the working state's peak (or gets the most of ``gain``: bytes a
+        child saves, 0 or less for none) at the least latency per byte among ``apps`` (those
+        evaluated before ``deadline``), with its key (latency per byte, peak)."""
         ev = self.ev
         here, out = ev.state, None
         for app in apps:
@@ -413,7 +415,7 @@ class MOptimizer:
                 c = ev.evaluate(app)
             except RuleNotApplicable:
                 continue
-            saved = here.peak - c.peak
+            saved = here.peak - c.peak if gain is None else gain(c)
             if saved <= 0 or c.hash in self.seen:
                 continue
             key = (max(c.latency - here.latency, 0.0) / saved, c.peak)
@@ -485,21 +487,14 @@ class MOptimizer:
             here, height = ev.state, int(curve[p])
             hot = [k for k in ev.hotspots_at(p) if k.index >= 0
                    and ev.g.nodes[k.node].kind != NodeKind.PLACEHOLDER][:candidates]
-            best: tuple[tuple[float, int], Child] | None = None
+
+            def gain(c: Child, height: int = height, peak: int = here.peak) -> int:
+                """What the spike goes down by, where the peak does not go up."""
+                return height - c.focus_peak if c.peak <= peak and c.focus_peak is not None else 0
+
             with ev.focused(p, width):
                 where = ev.where()
-                for app in (a for r in rules for a in r.match(ev.g, hot, where)):
-                    if time.perf_counter() > deadline:
-                        break
-                    try:
-                        c = ev.evaluate(app)
-                    except RuleNotApplicable:
-                        continue
-                    if c.peak > here.peak or c.focus_peak is None or c.focus_peak >= height or c.hash in self.seen:
-                        continue
-                    key = (max(c.latency - here.latency, 0.0) / (height - c.focus_peak), c.peak)
-                    if best is None or key < best[0]:
-                        best = (key, c)
+                best = self._cheapest([a for r in rules for a in r.match(ev.g, hot, where)], deadline, gain)
             if best is None:
                 stuck.add(ev.order[p])
                 continue
