@@ -113,3 +113,34 @@ def test_spike_steps_after_swaps_on_a_tiny_unet_are_exact_and_match_eager():
         assert h.lint_problems() == []
     q = m.plan(end)
     case.verify_order(replay(case.g, q.applications), q.order, "spike steps")
+
+
+@pytest.mark.parametrize("swaps_end_early", [True, False])
+def test_the_warm_start_hands_what_its_swap_steps_leave_to_the_spike_steps(monkeypatch, swaps_end_early):
+    """Swap steps that stop before their share ends give the rest to ``spike_steps``, from the
+    lowest state they reached within their slack; Swap steps that use their share leave none."""
+    import time
+
+    from core.search import moptimizer
+    from sample_graphs.store import load_sample_graph
+
+    calls = []
+    real_steps, real_spikes = MOptimizer.remat_steps, MOptimizer.spike_steps
+
+    def steps(self, s, time_budget, *args, step_rules=None, **kw):
+        if step_rules == ("swap", "swap_late") and not swaps_end_early:
+            time.sleep(time_budget)  # a graph whose Swap steps use all of their share
+            return s
+        return real_steps(self, s, time_budget, *args, step_rules=step_rules, **kw)
+
+    def spikes(self, s, time_budget, **kw):
+        calls.append((s, time_budget))
+        assert s.latency <= max(moptimizer.SWAP_FROM) * self.root.latency
+        return real_spikes(self, s, time_budget, **kw)
+
+    monkeypatch.setattr(MOptimizer, "remat_steps", steps)
+    monkeypatch.setattr(MOptimizer, "spike_steps", spikes)
+    m = MOptimizer(load_sample_graph("bert_tiny"), COST)
+    m.warm_start(6.0, 1.0)
+    assert (len(calls) > 0) == swaps_end_early
+    assert all(0 < t <= 6.0 for _, t in calls)

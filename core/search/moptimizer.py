@@ -67,6 +67,7 @@ SPIKE_SEP = 100  # ... at least this many steps apart
 SPIKE_WIDTH = 30  # a child is judged by the most its curve holds at the ops within 30 steps of the spike
 SPIKE_CANDIDATES = 10  # the largest tensors alive at the spike that the rules are matched on
 SPIKE_RULES = ("swap", "swap_late", "remat", "remat_chain")
+SPIKE_MIN_SECONDS = 0.5  # the warm start's Swap steps that end this much before their share hand it to spike_steps
 # the seeds' runs (``seeds.seed``; adopting them comes on top) before the warm start, this fraction of the
 # warm start's budget on top of it (out of the sweep's share): at 60 s, btlm_3b at +10% 0.370x -> 0.291x
 # against seeds taken out of the warm start's own budget; 20 s, t5 0.640x -> 0.506x; bert_base, resnet50 unchanged
@@ -237,8 +238,10 @@ class MOptimizer:
         steps (the same steps with the Swap and SwapLate rules) from the archive's lowest-peak
         states within each latency slack of ``SWAP_FROM``: a swap whose copies overlap compute
         lowers the peak at no latency, but once a graph has copies every child is simulated in
-        full, so swaps come after the delta-evaluated Remat chains rather than among them.  Every
-        state on the way enters the Pareto archive; the fission chain's end is returned.  Before
+        full, so swaps come after the delta-evaluated Remat chains rather than among them.  Swap
+        steps that stop before their share is spent (no child lowers the peak: separate parts of the
+        schedule peak at one height) hand the rest to ``spike_steps`` from the lowest-peak state
+        they reached within the same slack.  Every state on the way enters the Pareto archive; the fission chain's end is returned.  Before
         all of these, with ``seed_budget`` seconds on top of ``time_budget`` (default:
         ``SEED_SHARE`` of it; what they overrun comes out of ``time_budget``), DTR's plans at a
         series of budgets and those of offloading with checkpointing are adopted as seeds
@@ -263,15 +266,20 @@ class MOptimizer:
         if batch:  # (where the batch does not split, going back to the root alone costs seconds)
             self.batch_fission(chain, time_budget * (1 - SWAP_SHARE) - (time.perf_counter() - t0))
         base = self.root.latency
-        starts = []
+        starts: list[tuple[MState, float]] = []
         for slack in SWAP_FROM:
             ok = [a for a in self.archive if a.latency <= slack * base]
             best = min(ok, key=lambda a: (a.peak, a.latency), default=None)
-            if best is not None and best not in starts:
-                starts.append(best)
-        for i, st in enumerate(starts):
-            left = time_budget - (time.perf_counter() - t0)
-            self.remat_steps(st, left / (len(starts) - i), step_rules=("swap", "swap_late"))
+            if best is not None and best not in (s for s, _ in starts):
+                starts.append((best, slack))
+        for i, (st, slack) in enumerate(starts):
+            share = (time_budget - (time.perf_counter() - t0)) / (len(starts) - i)
+            t1 = time.perf_counter()
+            self.remat_steps(st, share, step_rules=("swap", "swap_late"))
+            rest = share - (time.perf_counter() - t1)
+            if rest > SPIKE_MIN_SECONDS:  # the Swap steps stopped early: no child lowers the peak
+                ok = [st] + [a for a in self.archive if a.latency <= slack * base and st in a.path()]
+                self.spike_steps(min(ok, key=lambda a: (a.peak, a.latency)), rest)
         return end
 
     def batch_splits(self) -> bool:
@@ -464,12 +472,11 @@ class MOptimizer:
         and kept when it lowers the spike without raising the peak; the one of least latency per
         byte the spike goes down is committed.  A spike no child lowers is left for the rest of the
         run.  Where ``remat_steps`` stops because two parts of the schedule peak at the same
-        height, the peak falls once each of them is lowered.  Returns the last state.  Not a phase
-        of ``optimize``: on the SD-1.x UNet, from the Swap steps' states within +8-10%, it lowers
-        the lowest point within +10% from 0.431x to 0.416x (``bench/spike_steps.py``), but a 10%
-        share of a 20 s warm start cost the Swap steps more than it gave on 6 of 19 zoo models,
-        and in ``low_end`` (limit 0.42 on the UNet, 90 and 180 s) it found nothing the peak fission
-        and Swap steps there did not."""
+        height, the peak falls once each of them is lowered.  Returns the last state.  On the
+        SD-1.x UNet, from the Swap steps' states within +8-10%, it lowers the lowest point within
+        +10% from 0.431x to 0.416x (``bench/spike_steps.py``).  The warm start runs it only where
+        its Swap steps end early: a fixed 10% share of a 20 s warm start cost them more than it
+        gave on 6 of 19 zoo models."""
         from .spikes import spikes
 
         rules = [self.ev.rules[k] for k in step_rules if k in self.ev.rules]
