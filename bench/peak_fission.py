@@ -96,32 +96,42 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", type=Path, default=None)
     a = ap.parse_args(argv)
 
+    return over_dtr_plans(a.model, a.device, a.tiny, a.budgets, a.json, format_table,
+                          lambda g, cost, frac, free, say: run_budget(g, cost, frac, free, a.fission_seconds,
+                                                                      a.swap_seconds, say),
+                          {"fission_seconds": a.fission_seconds, "swap_seconds": a.swap_seconds})
+
+
+def over_dtr_plans(model: str, device: str, tiny: bool, budgets: str, json_path: Path | None, table,
+                   run, settings: dict) -> int:
+    """What a bench from DTR's plans shares: the model's graph and DTR's unbudgeted run, then
+    ``run(g, cost, fraction, free, say)`` -> a row per budget of ``budgets`` ("0.44,0.45"; a budget
+    DTR cannot meet is listed with its reason, not dropped), ``table(rows)`` printed and, with
+    ``json_path``, the rows and ``settings`` written there."""
     def say(msg: str) -> None:
         print(msg, file=sys.stderr, flush=True)
 
-    g, _ = import_graph(a.model, tiny=a.tiny)
-    cost = AnalyticCost(a.device)
+    g, _ = import_graph(model, tiny=tiny)
+    cost = AnalyticCost(device)
     _, free = DTRSim(g, cost, None, 10.0).run()
     rows, failed = [], []
-    for frac in (float(x) for x in a.budgets.split(",")):
-        say(f"{a.model}: DTR {frac} ...")
+    for frac in (float(x) for x in budgets.split(",")):
+        say(f"{model}: DTR {frac} ...")
         try:
-            rows.append(run_budget(g, cost, frac, free, a.fission_seconds, a.swap_seconds, say))
+            rows.append(run(g, cost, frac, free, say))
         except DTRFailure as e:
             failed.append({"budget": frac, "reason": str(e)})
             say(f"  DTR {frac}: {e}")
-    print(f"{a.model} ({a.device}, analytic predictions; peak x eager's, latency overhead)")
-    print(format_table(rows))
+    print(f"{model} ({device}, analytic predictions; peak x eager's, latency overhead)")
+    print(table(rows))
     for f in failed:
         print(f"DTR {f['budget']:g}: {f['reason']}")
-    if a.json is not None:
-        a.json.parent.mkdir(parents=True, exist_ok=True)
-        a.json.write_text(json.dumps({"model": a.model, "device": a.device, "tiny": a.tiny,
-                                      "fission_seconds": a.fission_seconds, "swap_seconds": a.swap_seconds,
-                                      "rows": rows, "failed": failed}, indent=1) + "\n")
-        print(f"wrote {a.json}")
+    if json_path is not None:
+        json_path.parent.mkdir(parents=True, exist_ok=True)
+        json_path.write_text(json.dumps({"model": model, "device": device, "tiny": tiny, **settings,
+                                         "rows": rows, "failed": failed}, indent=1) + "\n")
+        print(f"wrote {json_path}")
     return 0
-
 
 if __name__ == "__main__":
     raise SystemExit(main())

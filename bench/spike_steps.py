@@ -17,7 +17,6 @@ default); nothing here ran on a GPU.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 from pathlib import Path
@@ -26,12 +25,10 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
-from peak_fission import SLACK, SWAP_RULES, _fmt, _point  # noqa: E402
-from zoo import import_graph  # noqa: E402
+from peak_fission import SLACK, SWAP_RULES, _fmt, _point, over_dtr_plans  # noqa: E402
 
-from core.cost.model import AnalyticCost  # noqa: E402
 from core.search.moptimizer import MOptimizer  # noqa: E402
-from core.search.peers.dtr import DTRFailure, DTRSim, budget_plan  # noqa: E402
+from core.search.peers.dtr import budget_plan  # noqa: E402
 
 
 def _lowest(m: MOptimizer, start, slack: float | None = None):
@@ -97,33 +94,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", type=Path, default=None)
     a = ap.parse_args(argv)
 
-    def say(msg: str) -> None:
-        print(msg, file=sys.stderr, flush=True)
-
-    g, _ = import_graph(a.model, tiny=a.tiny)
-    cost = AnalyticCost(a.device)
-    _, free = DTRSim(g, cost, None, 10.0).run()
     slacks = [float(x) for x in a.slacks.split(",")]
-    rows, failed = [], []
-    for frac in (float(x) for x in a.budgets.split(",")):
-        say(f"{a.model}: DTR {frac} ...")
-        try:
-            rows.append(run_budget(g, cost, frac, free, a.swap_seconds, a.spike_seconds, slacks, say))
-        except DTRFailure as e:
-            failed.append({"budget": frac, "reason": str(e)})
-            say(f"  DTR {frac}: {e}")
-    print(f"{a.model} ({a.device}, analytic predictions; peak x eager's, latency overhead)")
-    print(format_table(rows))
-    for f in failed:
-        print(f"DTR {f['budget']:g}: {f['reason']}")
-    if a.json is not None:
-        a.json.parent.mkdir(parents=True, exist_ok=True)
-        a.json.write_text(json.dumps({"model": a.model, "device": a.device, "tiny": a.tiny,
-                                      "swap_seconds": a.swap_seconds, "spike_seconds": a.spike_seconds,
-                                      "from": slacks, "rows": rows, "failed": failed}, indent=1) + "\n")
-        print(f"wrote {a.json}")
-    return 0
-
+    return over_dtr_plans(a.model, a.device, a.tiny, a.budgets, a.json, format_table,
+                          lambda g, cost, frac, free, say: run_budget(g, cost, frac, free, a.swap_seconds,
+                                                                      a.spike_seconds, slacks, say),
+                          {"swap_seconds": a.swap_seconds, "spike_seconds": a.spike_seconds, "from": slacks})
 
 if __name__ == "__main__":
     raise SystemExit(main())

@@ -777,15 +777,15 @@ class DeltaEvaluator:
         peak = int(curve.max()) if len(curve) else 0
         uncopied = any(e.kind == "erase" and e.node is not None and e.node.kind in COPY_KINDS for e in log.edits)
         host = 0  # a graph without copies holds nothing on the host
-        order = self.order[:L] + window + self.order[R + 1:] if self._focus is not None else None
-        if self.storages.copy_nodes or uncopied:  # the working latency is a simulated one: no delta
-            order = self.order[:L] + window + self.order[R + 1:]
+        simulated = self.storages.copy_nodes or uncopied  # the working latency is a simulated one: no delta
+        order = self.order[:L] + window + self.order[R + 1:] if simulated or self._focus is not None else ()
+        if simulated:
             curve, latency, host = self._simulated(order, log.touched())
             peak = int(curve.max()) if len(curve) else 0
         else:
             latency = self.latency + self._latency_delta(log)
         return Child(app, L, R, tuple(window), metrics(peak, latency, host_bytes=host), self.wl.value(), exact,
-                     scheduled, self._focus_peak(order, curve) if order is not None else None)
+                     scheduled, self._focus_peak(order, curve))
 
     def _placed(self, app: Application, L: int, R: int, window: list[int], touched: set[int]) -> Child:
         """The child whose window is ``window`` as placed (a swap), simulated in full."""

@@ -241,7 +241,8 @@ class MOptimizer:
         full, so swaps come after the delta-evaluated Remat chains rather than among them.  Swap
         steps that stop before their share is spent (no child lowers the peak: separate parts of the
         schedule peak at one height) hand the rest to ``spike_steps`` from the lowest-peak state
-        they reached within the same slack.  Every state on the way enters the Pareto archive; the fission chain's end is returned.  Before
+        they reached within the same slack.  Every state on the way enters the Pareto archive;
+        the fission chain's end is returned.  Before
         all of these, with ``seed_budget`` seconds on top of ``time_budget`` (default:
         ``SEED_SHARE`` of it; what they overrun comes out of ``time_budget``), DTR's plans at a
         series of budgets and those of offloading with checkpointing are adopted as seeds
