@@ -27,7 +27,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 from peak_fission import SLACK, SWAP_RULES, _fmt, _point, over_dtr_plans  # noqa: E402
 
-from core.search.moptimizer import MOptimizer  # noqa: E402
+from core.search.moptimizer import SPIKE_RULES, MOptimizer  # noqa: E402
 from core.search.peers.dtr import budget_plan  # noqa: E402
 
 
@@ -37,7 +37,8 @@ def _lowest(m: MOptimizer, start, slack: float | None = None):
     return min(ok, key=lambda a: (a.peak, a.latency), default=None)
 
 
-def run_budget(g, cost, frac: float, free: dict, swap_s: float, spike_s: float, slacks: list[float], say) -> dict:
+def run_budget(g, cost, frac: float, free: dict, swap_s: float, spike_s: float, slacks: list[float], say,
+               rules: tuple[str, ...] = SPIKE_RULES) -> dict:
     m = MOptimizer(g, cost)
     s = m.adopt(budget_plan(g, cost, frac, free))
     if s is None:
@@ -58,7 +59,7 @@ def run_budget(g, cost, frac: float, free: dict, swap_s: float, spike_s: float, 
     steps = 0
     for i, st in enumerate(starts):
         left = spike_s - (time.perf_counter() - t0)
-        got = m.spike_steps(st, left / (len(starts) - i))
+        got = m.spike_steps(st, left / (len(starts) - i), step_rules=rules)
         steps += got.depth - st.depth
     within, low = _lowest(m, s, SLACK), _lowest(m, s)
     row["spikes"] = {"from": [_point(m, st) for st in starts], "steps": steps,
@@ -89,6 +90,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--spike-seconds", type=float, default=30.0)
     ap.add_argument("--from", dest="slacks", default="1.08,1.09,1.10",
                     help="latency slacks (x eager's) of the states the spike steps start from")
+    ap.add_argument("--rules", default=",".join(SPIKE_RULES), help="the spike steps' rules (fission: F-Trans "
+                    "of windows around the spike, peak_fission.peak_windows)")
     ap.add_argument("--device", default="rtx3090")
     ap.add_argument("--tiny", action="store_true", help="the model's tiny variant (a smoke test)")
     ap.add_argument("--json", type=Path, default=None)
@@ -97,8 +100,10 @@ def main(argv: list[str] | None = None) -> int:
     slacks = [float(x) for x in a.slacks.split(",")]
     return over_dtr_plans(a.model, a.device, a.tiny, a.budgets, a.json, format_table,
                           lambda g, cost, frac, free, say: run_budget(g, cost, frac, free, a.swap_seconds,
-                                                                      a.spike_seconds, slacks, say),
-                          {"swap_seconds": a.swap_seconds, "spike_seconds": a.spike_seconds, "from": slacks})
+                                                                      a.spike_seconds, slacks, say,
+                                                                      tuple(a.rules.split(","))),
+                          {"swap_seconds": a.swap_seconds, "spike_seconds": a.spike_seconds, "from": slacks,
+                           "rules": a.rules.split(",")})
 
 if __name__ == "__main__":
     raise SystemExit(main())

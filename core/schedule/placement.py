@@ -69,6 +69,34 @@ def load_slot(reader: int, need: float, floor: int, *, start: Sequence[float] | 
     return q
 
 
+def hoist_loads(order: Sequence[int], curve: np.ndarray, cap: int,
+                loads: Sequence[tuple[int, int, int, int, float, int]],
+                step_time: Callable[[int], float]) -> tuple[list[int], dict[int, int]]:
+    """Re-issue LOADs earlier (``transform.swap.Reissue``): ``loads`` are (LOAD node, its position
+    p, its floor, the position b of its first reader, its transfer seconds, its bytes) in ``order``,
+    whose memory curve is ``curve`` (bytes alive per step).  Each LOAD goes to its just-in-time slot
+    q = ``load_slot(b, transfer, floor)``, but where the curve with its bytes added over q..p-1
+    would exceed ``cap``, only as far back as it stays at or under ``cap`` (the LOADs in order of
+    position, each one's bytes added to the curve before the next is placed).  Returns the new
+    order (each moved LOAD right before the op at its slot, moved LOADs sharing a slot in their old
+    order) and {moved LOAD: its slot}.  The curve is the one the schedule had: how the copies then
+    queue is for a simulation to say."""
+    curve = np.array(curve, dtype=np.int64, copy=True)
+    slot: dict[int, int] = {}
+    for v, p, floor, b, need, nbytes in sorted(loads, key=lambda x: x[1]):
+        q = load_slot(b, need, floor, step_time=step_time)
+        k = p
+        while k > q and curve[k - 1] + nbytes <= cap:
+            k -= 1
+        if k < p:
+            slot[v] = k
+            curve[k:p] += nbytes
+    if not slot:
+        return list(order), slot
+    keyed = sorted(((slot[v] - 0.5, i) if v in slot else (i, 0), v) for i, v in enumerate(order))
+    return [v for _, v in keyed], slot
+
+
 def has_copies(g: Graph) -> bool:
     return any(n.kind in COPY_KINDS for n in g.nodes.values())
 

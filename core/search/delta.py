@@ -51,15 +51,17 @@ from ..ir.graph import EditLog, Graph, GraphError, NodeKind, TensorKind, TRef
 from ..metrics import HasMetrics, metrics
 from ..schedule.footprint import MemoryModel
 from ..schedule.incremental import MARGIN, SEARCH, get_reschedule_interval, schedule_parts
-from ..schedule.placement import load_slot
+from ..schedule.placement import hoist_loads, load_slot
 from ..schedule.units import UnitProblem
 from ..simulate import COPY_KINDS, async_copies, copies_done, simulate, stream_times
 from ..transform.registry import REMAT_FAMILY, rules_of
 from ..transform.rule import Application, Rule, RuleNotApplicable, Where
+from ..transform.swap import Reissue
 from .mstate import MState
 from .wl_hash import WLHash
 
 NW_NEW = 0  # narrow-waist value of a node the imported graph did not have (an ideal window edge)
+REISSUE_ROUNDS = 4  # Reissue's hoists: each moves a LOAD whose reader still waited earlier by the wait
 WINDOW_CAP = 96  # ops a child's window DP schedules at most: a few milliseconds (bench/windows.py)
 
 
@@ -429,9 +431,6 @@ class DeltaEvaluator:
         peaks = self.where().peaks  # ascending
         L, R = lo, hi
 
-        def step_time(q: int) -> float:  # the working schedule's compute time at step q
-            return 0.0 if g.nodes[order[q]].kind in COPY_KINDS else self.times.get(order[q], 0.0)
-
         place: dict[int, float] = {}
         stored: dict[int, int] = {}  # an added STORE -> the position of its producer
         for v in added:
@@ -447,17 +446,15 @@ class DeltaEvaluator:
             if node.kind != NodeKind.LOAD:
                 continue
             at = [pos[u] for u in g.users(v) if u in pos]
-            if not at:
-                continue
-            b = min(at)
+            b = min(at) if at else len(order)  # a LOAD of a graph output: for the end of the step
             src = node.inputs()[0].node
             floor = stored.get(src, pos.get(src, -1)) + 1
             k = bisect.bisect_left(peaks, b) - 1
             if k >= 0:
                 floor = max(floor, peaks[k] + 1)
-            q = load_slot(b, self.cost.transfer_time(node.outputs[0].nbytes), floor, step_time=step_time)
+            q = load_slot(b, self.cost.transfer_time(node.outputs[0].nbytes), floor, step_time=self._step_time)
             place[v] = q - 0.5
-            L = min(L, q)
+            L, R = min(L, q), max(R, min(q, len(order) - 1))
         return self._window(L, R, added, place) if place else None
 
     def _window(self, L: int, R: int, added: list[int],
@@ -757,6 +754,8 @@ class DeltaEvaluator:
         return win
 
     def _evaluate(self, app: Application, log: EditLog, changed: set[TRef]) -> Child:
+        if app.rule == Reissue.name:
+            return self._reissued(app)
         lo, hi, added = self._region(log)
         n = len(self.order)
         swap = self._swap_window(lo, hi, added) if self.storages.copy_nodes else None
@@ -787,6 +786,83 @@ class DeltaEvaluator:
         return Child(app, L, R, tuple(window), metrics(peak, latency, host_bytes=host), self.wl.value(), exact,
                      scheduled, self._focus_peak(order, curve))
 
+    def _step_time(self, q: int) -> float:
+        """The working schedule's compute time at step q (0 for a copy)."""
+        v = self.order[q]
+        return 0.0 if self.g.nodes[v].kind in COPY_KINDS else self.times.get(v, 0.0)
+
+    def _load_spec(self, v: int) -> tuple[int, int, int, int, float, int] | None:
+        """(LOAD v, its position, its floor -- one past its STORE --, its first reader's position
+        (the end of the schedule for a graph output), its transfer seconds, its bytes) in the
+        working schedule; None if v is not in it."""
+        g, pos = self.g, self.pos
+        if v not in pos:
+            return None
+        at = [pos[u] for u in g.users(v) if u in pos]
+        node = g.nodes[v]
+        nbytes = node.outputs[0].nbytes
+        b = min(at) if at else len(self.order)  # a LOAD of a graph output: the end of the step
+        return v, pos[v], pos.get(node.inputs()[0].node, -1) + 1, b, self.cost.transfer_time(nbytes), nbytes
+
+    def loads(self) -> list[int]:
+        """The LOADs of the working schedule, in its order (what ``Reissue`` may move)."""
+        return [v for v in self.order if self.g.nodes[v].kind == NodeKind.LOAD]
+
+    def _reissued(self, app: Application) -> Child:
+        """The child that issues the LOADs of ``app`` (``Reissue``) as early as their transfers need
+        and the working peak allows (``placement.hoist_loads`` on the working schedule's simulated
+        curve, where a STORE's input lives until its copy is done), simulated in full.  Copies queue on
+        one stream, so a LOAD hoisted by its own transfer time can still be late: over
+        ``REISSUE_ROUNDS`` rounds, each LOAD whose reader waited in the last simulation asks for
+        that much more time, and the round of least latency within the working peak is the child
+        (the least peak if none is within it).  Its window runs from the earliest new slot to the
+        latest old position.  RuleNotApplicable if no LOAD moves."""
+        specs = [spec for v in app.params if (spec := self._load_spec(v)) is not None]
+        here, _, _ = self._simulated(self.order, set())  # a copy's input is freed when the copy is done
+        cap = int(here.max()) if len(here) else 0
+        wait = dict.fromkeys((spec[0] for spec in specs), 0.0)
+        best = None
+        for _ in range(REISSUE_ROUNDS):
+            order, slot = hoist_loads(self.order, here, cap, [(*x[:4], x[4] + wait[x[0]], x[5]) for x in specs],
+                                      self._step_time)
+            curve, latency, host = self._simulated(order, set())
+            peak = int(curve.max()) if len(curve) else 0
+            key = (0, latency) if peak <= cap else (1, peak)
+            if slot and (best is None or key < best[0]):
+                best = (key, order, slot, peak, latency, host, curve)
+            late = self._waits(order, wait)
+            if not late:
+                break
+            for v, t in late.items():
+                wait[v] += t
+        if best is None:
+            raise RuleNotApplicable(f"{app}: no LOAD can go earlier under the peak")
+        _, order, slot, peak, latency, host, curve = best
+        L, R = min(slot.values()), max(self.pos[v] for v in slot)
+        return Child(app, L, R, tuple(order[L:R + 1]), metrics(peak, latency, host_bytes=host), self.wl.value(),
+                     True, focus_peak=self._focus_peak(order, curve))
+
+    def _waits(self, order: list[int], loads: Iterable[int]) -> dict[int, float]:
+        """{LOAD: seconds its first reader waited for it} in the last simulation (of ``order``), for
+        ``loads`` whose reader did wait: the copy ended after the compute stream was free for it."""
+        start, end, stream = self._last_times
+        g = self.g
+        pos = {v: i for i, v in enumerate(order)}
+        free = np.zeros(len(order))  # when the compute stream finished what came before each step
+        t = 0.0
+        for i, kind in enumerate(stream):
+            free[i] = t
+            if kind == "compute":
+                t = float(end[i])
+        out = {}
+        for v in loads:
+            at = [pos[u] for u in g.users(v) if u in pos]
+            if v in pos and at:
+                late = float(end[pos[v]] - free[min(at)])
+                if late > 1e-12:
+                    out[v] = late
+        return out
+
     def _placed(self, app: Application, L: int, R: int, window: list[int], touched: set[int]) -> Child:
         """The child whose window is ``window`` as placed (a swap), simulated in full."""
         order = self.order[:L] + window + self.order[R + 1:]
@@ -810,7 +886,8 @@ class DeltaEvaluator:
             v = node.id
             return cost.node_time(g, node) if v in touched or v not in times else times[v]
 
-        _, end, issue, stream = stream_times(g, order, duration, async_copies(cost))
+        start, end, issue, stream = stream_times(g, order, duration, async_copies(cost))
+        self._last_times = (start, end, stream)
         done = copies_done(end, issue, stream)
         pos = {v: i for i, v in enumerate(order)}.__getitem__
         d = np.zeros(n + 1, dtype=np.int64)

@@ -14,7 +14,7 @@ from .ftree_rules import Disable, Lift, Mutate
 from .remat import DeRemat, Remat, RematChain
 from .rule import Rule
 from .substitution import SUBSTITUTE_RULES
-from .swap import DeSwap, Swap, SwapLate
+from .swap import DeSwap, Reissue, Swap, SwapLate, SwapOutput
 
 RULES: dict[str, Rule] = {}
 
@@ -34,7 +34,7 @@ def unregister_rule(name: str) -> None:
 
 
 for _rule in (Fission(), Lift(), Disable(), Mutate(), Remat(), RematChain(), DeRemat(), Swap(), SwapLate(),
-              DeSwap(), *SUBSTITUTE_RULES):
+              SwapOutput(), DeSwap(), Reissue(), *SUBSTITUTE_RULES):
     register_rule(_rule)
 
 

@@ -226,6 +226,73 @@ class SwapLate(Rule):
                 g.erase_node(v)
 
 
+class SwapOutput(Rule):
+    """SwapOutput(A, j): a graph output that no op reads -- a weight's gradient, made early in the
+    backward -- is copied to host memory once made (STORE) and back for the end of the step (LOAD,
+    now the graph output), so the device does not hold it across the peaks between.  The step's
+    result is the same tensor, on the device, when the step ends.  Where the LOAD goes is the
+    scheduler's part: just in time for the end of the step, after its last peak step.
+
+    ``match`` needs the schedule: outputs among the hot-spots made before the last peak step."""
+
+    name = "swap_output"
+    family = "swap"
+    text = "Swap an output: a result no op reads goes to host memory once made and comes back for the end of the step"
+    option = RuleOption("--swap-output", "TENSOR", "a graph output no op reads goes to host memory once made and "
+                        "comes back for the end of the step")
+    needs_schedule = True
+
+    def roles(self, params: tuple[int, ...]) -> tuple[str, ...]:
+        return ("node", "n")
+
+    def from_text(self, g: Graph, text: str, *, where: Where | None = None, ftree=None) -> Application:
+        ref = tensor_named(g, text)
+        self._check(g, ref)
+        return Application(self.name, (ref.node, ref.index))
+
+    @staticmethod
+    def _check(g: Graph, ref: TRef) -> list[str]:
+        """The output keys ``ref`` is, where ``SwapOutput`` applies to it (RuleNotApplicable otherwise)."""
+        if ref.node not in g.nodes or not swappable(g, ref):
+            raise RuleNotApplicable(f"swap_output{ref.node, ref.index}: not a tensor that can be swapped")
+        keys = [k for k, r in g.outputs.items() if r == ref]
+        if not keys:
+            raise RuleNotApplicable(f"{g.nodes[ref.node].name!r} is not a graph output")
+        if g.readers(ref):
+            raise RuleNotApplicable(f"{g.nodes[ref.node].name!r} is read by an op (Swap or SwapLate apply)")
+        return keys
+
+    def match(self, g: Graph, hot: Iterable[TRef], where: Where | None = None) -> list[Application]:
+        if where is None or not where.peaks:
+            return []
+        apps = []
+        for ref in sorted(set(hot)):
+            if ref.node not in where.pos or where.pos[ref.node] >= where.peaks[-1]:
+                continue
+            try:
+                self._check(g, ref)
+            except RuleNotApplicable:
+                continue
+            apps.append(Application(self.name, (ref.node, ref.index)))
+        return apps
+
+    def edit(self, g: Graph, app: Application) -> None:
+        a, j = app.params
+        ref = TRef(a, j)
+        keys = self._check(g, ref)
+        src = g.nodes[a]
+        host = copy.copy(src.outputs[j])
+        host.device, host.storage_bytes = "host", None
+        st = store_of(g, ref) or g.add_node(name=f"{src.name}_store", op="store", kind=NodeKind.STORE, args=[ref],
+                                            outputs=[host], module=src.module).id
+        dev = copy.copy(src.outputs[j])
+        dev.storage_bytes = None
+        load = g.add_node(name=f"{src.name}_load_{g.new_id()}", op="load", kind=NodeKind.LOAD,
+                          args=[TRef(st, 0)], outputs=[dev], module=src.module)
+        for k in keys:
+            g.set_output(k, TRef(load.id, 0))
+
+
 class DeSwap(Rule):
     """DeSwap(L): the readers of LOAD L read the stored tensor again; L is erased, and its STORE too
     when no other LOAD reads it."""
@@ -252,3 +319,29 @@ class DeSwap(Rule):
         g.erase_node(lid)
         if not g.users(st.id):
             g.erase_node(st.id)
+
+
+class Reissue(Rule):
+    """Reissue(L1, L2, ...): LOADs issued earlier in the schedule, the graph unchanged.
+
+    Swap places a LOAD just in time for its reader, but no earlier than the last peak step before
+    the reader (the tensor must be off the device there).  Later steps lower those peaks, and the
+    LOAD, still placed after them, holds up compute for its whole copy.  Where the copies go is the
+    scheduler's part, so this rule edits nothing: the delta evaluator re-issues the listed LOADs as
+    early as their transfer needs and as memory allows (``placement.hoist_loads``), and a plan keeps
+    the schedule it made.  ``match`` offers nothing: which LOADs are late is a question of the
+    schedule's times, asked by the search after each step (``DeltaEvaluator.loads``)."""
+
+    name = "reissue"
+    family = "swap"
+    text = "Re-issue: LOADs that hold up compute go earlier, as far as memory allows"
+
+    def match(self, g: Graph, hot: Iterable[TRef] = (), where: Where | None = None) -> list[Application]:
+        return []
+
+    def edit(self, g: Graph, app: Application) -> None:
+        if not app.params:
+            raise RuleNotApplicable(f"{app}: no LOAD to re-issue")
+        for v in app.params:
+            if v not in g.nodes or g.nodes[v].kind != NodeKind.LOAD:
+                raise RuleNotApplicable(f"{app}: node {v} is not a LOAD")
