@@ -144,3 +144,52 @@ def test_the_warm_start_hands_what_its_swap_steps_leave_to_the_spike_steps(monke
     m.warm_start(6.0, 1.0)
     assert (len(calls) > 0) == swaps_end_early
     assert all(0 < t <= 6.0 for _, t in calls)
+
+
+def test_under_a_latency_limit_spike_steps_start_below_it_and_lower_the_peak():
+    """``spikes_within``: spike steps from the archive's lowest-peak states at each of
+    ``SPIKE_FROM`` below the limit; on the two equal blocks, the peak falls from 80 B to 70 B
+    within the limit."""
+    from core.search.moptimizer import SPIKE_FROM, spikes_within
+
+    g = two_equal_blocks()
+    m = MOptimizer(g, COST, order=[n.id for n in g.ops()])
+    limit = 1.5 * m.root.latency
+    spikes_within(m, 10.0, limit, sep=2, width=1)
+    ok = [s for s in m.archive if s.latency <= limit]
+    assert min(s.peak for s in ok) == 70
+    # a limit below every state but the root's latency: spike steps from the root only
+    calls = []
+    real = MOptimizer.spike_steps
+
+    def spy(self, s, time_budget, **kw):
+        calls.append(s)
+        return real(self, s, time_budget, **kw)
+
+    m2 = MOptimizer(g, COST, order=[n.id for n in g.ops()])
+    MOptimizer.spike_steps = spy
+    try:
+        spikes_within(m2, 5.0, m2.root.latency * (1 + max(SPIKE_FROM)))
+    finally:
+        MOptimizer.spike_steps = real
+    assert calls == [m2.root]
+
+
+def test_optimize_under_a_latency_limit_gives_the_spike_steps_their_share(monkeypatch):
+    from core.search import moptimizer
+    from sample_graphs.store import load_sample_graph
+
+    shares = []
+    real = moptimizer.spikes_within
+
+    def spy(m, time_budget, limit):
+        shares.append((time_budget, limit / m.root.latency))
+        return real(m, time_budget, limit)
+
+    monkeypatch.setattr(moptimizer, "spikes_within", spy)
+    pf = moptimizer.optimize(load_sample_graph("bert_tiny"), latency_limit=1.1, time_budget=6.0)
+    assert len(shares) == 1 and 0 <= shares[0][0] <= 6.0 and shares[0][1] == pytest.approx(1.1)
+    assert pf.points[0].metrics["latency"] <= 1.1 * pf.points[-1].metrics["latency"] * (1 + 1e-9)
+    shares.clear()
+    moptimizer.optimize(load_sample_graph("bert_tiny"), memory_limit=0.9, time_budget=3.0)
+    assert shares == []  # a memory limit: no spike steps of their own

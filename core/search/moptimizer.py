@@ -68,6 +68,8 @@ SPIKE_SEP = 100  # ... at least this many steps apart
 SPIKE_WIDTH = 30  # a child is judged by the most its curve holds at the ops within 30 steps of the spike
 SPIKE_CANDIDATES = 10  # the largest tensors alive at the spike that the rules are matched on
 SPIKE_RULES = ("swap", "swap_late", "swap_output", "remat", "remat_chain")
+SPIKE_SHARE = 0.75  # under a latency limit, this share of what the warm start leaves goes to spike steps (spikes_within)
+SPIKE_FROM = (0.05, 0.03, 0.01)  # ... from the lowest-peak states this far below the limit (x the imported latency)
 SPIKE_MIN_SECONDS = 0.5  # the warm start's Swap steps that end this much before their share hand it to spike_steps
 # the seeds' runs (``seeds.seed``; adopting them comes on top) before the warm start, this fraction of the
 # warm start's budget on top of it (out of the sweep's share): at 60 s, btlm_3b at +10% 0.370x -> 0.291x
@@ -736,6 +738,23 @@ def low_end(m: MOptimizer, time_budget: float, limit: int | None = None) -> MSta
     return m.remat_steps(end, time_budget - (time.perf_counter() - t0), step_rules=("swap", "swap_late"))
 
 
+def spikes_within(m: MOptimizer, time_budget: float, limit: float, **spike_kw) -> None:
+    """Under a latency ``limit`` (seconds): ``spike_steps`` from the archive's lowest-peak states
+    within ``limit`` less each of ``SPIKE_FROM`` (x the imported latency), an equal share of
+    ``time_budget`` each -- the latency the Swap steps of the warm start leave below the limit is
+    what the spike steps spend (SD-1.x UNet within +10%: ``bench/spike_steps.py``).  ``spike_kw``
+    goes to ``spike_steps``."""
+    t0 = time.perf_counter()
+    starts: list[MState] = []
+    for below in SPIKE_FROM:
+        ok = [a for a in m.archive if a.latency <= limit - below * m.root.latency]
+        best = min(ok, key=lambda a: (a.peak, a.latency), default=None)
+        if best is not None and best not in starts:
+            starts.append(best)
+    for i, st in enumerate(starts):
+        m.spike_steps(st, (time_budget - (time.perf_counter() - t0)) / (len(starts) - i), **spike_kw)
+
+
 def optimize(g: Graph, *, memory_limit: MemoryLimit | str | float | None = None,
              latency_limit: float | None = None, pareto: bool = False, time_budget: float = 60.0,
              device: str = "rtx3090", warm: float = WARM,
@@ -754,7 +773,8 @@ def optimize(g: Graph, *, memory_limit: MemoryLimit | str | float | None = None,
     model), ``cost_name`` its kind (``core.cost.choice``), recorded in the meta as ``cost``.
     ``substitutions``: TASO's substitution rules (``SEARCH_SUBSTITUTIONS``) are rules of the search too.
     A memory limit that no state of the warm start meets gets ``LOW_END_SHARE`` of what is left
-    for ``low_end`` (peak fission, then Swap steps) before the search."""
+    for ``low_end`` (peak fission, then Swap steps) before the search; a latency limit gets
+    ``SPIKE_SHARE`` of it for ``spikes_within`` (spike steps below the limit)."""
     from .plan import PlanFile
     from .wl_hash import graph_hash
 
@@ -782,6 +802,9 @@ def optimize(g: Graph, *, memory_limit: MemoryLimit | str | float | None = None,
             mode, limit = "latency", latency_limit * m.root.latency
         if mode == "memory" and not any(s.peak <= limit for s in m.archive):
             low_end(m, LOW_END_SHARE * left, limit)
+            left = max(0.0, time_budget - (time.perf_counter() - t0))
+        elif mode == "latency":
+            spikes_within(m, SPIKE_SHARE * left, limit)
             left = max(0.0, time_budget - (time.perf_counter() - t0))
         # from the best state known under the limit: the warm start's end may break a latency
         # limit that the imported graph meets
