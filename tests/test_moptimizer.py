@@ -215,7 +215,8 @@ def test_remat_steps_lower_the_peak_each_step_kind_by_kind_and_replay():
 def test_the_warm_start_ends_with_swap_steps_that_lower_the_peak_and_replay():
     """After the Remat chains, Swap and SwapLate steps from the lowest-peak states within +5% and
     +10% latency: on resnet50_tiny some frontier states end in swaps, each swap step lowered the
-    peak, and their plans replay to their numbers."""
+    peak (each Reissue after one lowered the latency at the same peak), and their plans replay to
+    their numbers."""
     from core.cost.model import AnalyticCost
     from sample_graphs.store import load_sample_graph
 
@@ -223,7 +224,7 @@ def test_the_warm_start_ends_with_swap_steps_that_lower_the_peak_and_replay():
     cost = AnalyticCost("rtx3090")
     m = MOptimizer(g, cost)
     m.warm_start(4)
-    swaps = ("swap", "swap_late")
+    swaps = ("swap", "swap_late", "reissue")
     swapped = [s for s in m.frontier() if s.app is not None and s.app.rule in swaps]
     assert swapped
     for s in swapped:
@@ -232,7 +233,11 @@ def test_the_warm_start_ends_with_swap_steps_that_lower_the_peak_and_replay():
         start = path[first - 1] if first else m.root
         assert start.latency <= 1.10 * m.root.latency + 1e-12
         assert all(x.app.rule in swaps for x in path[first:])
-        assert all(b.peak < a.peak for a, b in zip([start, *path[first:]], path[first:], strict=False))
+        for a, b in zip([start, *path[first:]], path[first:], strict=False):
+            if b.app.rule == "reissue":  # a LOAD issued earlier: the same peak, less latency
+                assert b.peak == a.peak and b.latency < a.latency
+            else:
+                assert b.peak < a.peak
         plan = m.plan(s)
         h = replay(g, plan.applications)
         sim = simulate(h, plan.order, cost)

@@ -55,6 +55,7 @@ FLOOR = 0.8  # the Pareto sweep also searches below its lowest point, at this fr
 # optimize's share of the budget for the warm start: btlm_3b at +10%, 0.3 -> 0.5: 0.467x -> 0.373x;
 # 0.5 -> 0.65: 0.360x -> 0.337x (its swap steps' time); bert_base, gpt_neo_1_3b, resnet50, unetpp unchanged
 WARM = 0.65
+LATENCY_WARM = 0.4  # ... under a latency limit, where the spike steps (spikes_within) take most of the rest
 REMAT_SHARE = 0.3  # the warm start's Remat steps get at least this share of its budget
 REMAT_CANDIDATES = 16  # kinds of hot-spot (producer op, shape, dtype) a full Remat scan of the warm start tries
 REMAT_SMALL = 8  # a scan skips hot-spots under 1/8 of the largest it can lower the peak by (a step each)
@@ -69,6 +70,7 @@ SPIKE_WIDTH = 30  # a child is judged by the most its curve holds at the ops wit
 SPIKE_CANDIDATES = 10  # the largest tensors alive at the spike that the rules are matched on
 SPIKE_RULES = ("swap", "swap_late", "swap_output", "remat", "remat_chain")
 SPIKE_SHARE = 0.75  # under a latency limit, this share of what the warm start leaves goes to spike steps (spikes_within)
+SPIKE_SWAP_SHARE = 0.3  # ... each start's Swap steps first (copies that overlap compute), with this share of the time left
 SPIKE_FROM = (0.05, 0.03, 0.01)  # ... from the lowest-peak states this far below the limit (x the imported latency)
 SPIKE_MIN_SECONDS = 0.5  # the warm start's Swap steps that end this much before their share hand it to spike_steps
 # the seeds' runs (``seeds.seed``; adopting them comes on top) before the warm start, this fraction of the
@@ -491,14 +493,14 @@ class MOptimizer:
 
     def spike_steps(self, s: MState, time_budget: float, tol: float = SPIKE_TOL, sep: int = SPIKE_SEP,
                     width: int = SPIKE_WIDTH, candidates: int = SPIKE_CANDIDATES,
-                    step_rules: tuple[str, ...] = SPIKE_RULES) -> MState:
+                    step_rules: tuple[str, ...] = SPIKE_RULES, latency_cap: float | None = None) -> MState:
         """From ``s``, lower the spikes of the curve one at a time (``spikes.spikes``: local maxima
         within ``tol`` of the imported peak below the working peak, ``sep`` steps apart), highest
         first: per step, the rules of ``step_rules`` matched on the ``candidates`` largest tensors
         alive at the spike, each child evaluated against that spike (``DeltaEvaluator.focused``)
         and kept when it lowers the spike without raising the peak; the one of least latency per
-        byte the spike goes down is committed.  A spike no child lowers is left for the rest of the
-        run.  Where ``remat_steps`` stops because two parts of the schedule peak at the same
+        byte the spike goes down is committed (none above ``latency_cap`` seconds).  A spike no child
+        lowers is left for the rest of the run.  Where ``remat_steps`` stops because two parts of the schedule peak at the same
         height, the peak falls once each of them is lowered.  Returns the last state.  On the
         SD-1.x UNet, from the Swap steps' states within +8-10%, it lowers the lowest point within
         +10% from 0.431x to 0.416x (``bench/spike_steps.py``).  The warm start runs it only where
@@ -524,8 +526,11 @@ class MOptimizer:
                    and ev.g.nodes[k.node].kind != NodeKind.PLACEHOLDER][:candidates]
 
             def gain(c: Child, height: int = height, peak: int = here.peak) -> int:
-                """What the spike goes down by, where the peak does not go up."""
-                return height - c.focus_peak if c.peak <= peak and c.focus_peak is not None else 0
+                """What the spike goes down by, where the peak does not go up (nor the latency
+                above ``latency_cap``)."""
+                if c.peak > peak or c.focus_peak is None or (latency_cap is not None and c.latency > latency_cap):
+                    return 0
+                return height - c.focus_peak
 
             with ev.focused(p, width):
                 where = ev.where()
@@ -739,25 +744,30 @@ def low_end(m: MOptimizer, time_budget: float, limit: int | None = None) -> MSta
 
 
 def spikes_within(m: MOptimizer, time_budget: float, limit: float, **spike_kw) -> None:
-    """Under a latency ``limit`` (seconds): ``spike_steps`` from the archive's lowest-peak states
-    within ``limit`` less each of ``SPIKE_FROM`` (x the imported latency), an equal share of
-    ``time_budget`` each -- the latency the Swap steps of the warm start leave below the limit is
-    what the spike steps spend (SD-1.x UNet within +10%: ``bench/spike_steps.py``).  ``spike_kw``
-    goes to ``spike_steps``."""
-    t0 = time.perf_counter()
-    starts: list[MState] = []
+    """Under a latency ``limit`` (seconds): ``spike_steps`` capped at the limit, from the archive's
+    lowest-peak state within ``limit`` less each of ``SPIKE_FROM`` (x the imported latency) in
+    turn -- after Swap steps from it with ``SPIKE_SWAP_SHARE`` of the time left, whose end is the start
+    where it is still that far below the limit --, each until no spike falls or ``time_budget`` ends -- the latency the warm start leaves
+    below the limit is what the spike steps spend (SD-1.x UNet within +10%: from 0.50x at +5.0% to
+    0.40x, ``bench/spike_steps.py``).  ``spike_kw`` goes to ``spike_steps``."""
+    deadline = time.perf_counter() + time_budget
+    tried: list[MState] = []
     for below in SPIKE_FROM:
         ok = [a for a in m.archive if a.latency <= limit - below * m.root.latency]
-        best = min(ok, key=lambda a: (a.peak, a.latency), default=None)
-        if best is not None and best not in starts:
-            starts.append(best)
-    for i, st in enumerate(starts):
-        m.spike_steps(st, (time_budget - (time.perf_counter() - t0)) / (len(starts) - i), **spike_kw)
+        st = min(ok, key=lambda a: (a.peak, a.latency), default=None)
+        left = deadline - time.perf_counter()
+        if st is None or st in tried or left <= 0:
+            continue
+        tried.append(st)
+        end = m.remat_steps(st, SPIKE_SWAP_SHARE * left, step_rules=("swap", "swap_late"))
+        if end.latency <= limit - below * m.root.latency:
+            st = end
+        m.spike_steps(st, deadline - time.perf_counter(), latency_cap=limit, **spike_kw)
 
 
 def optimize(g: Graph, *, memory_limit: MemoryLimit | str | float | None = None,
              latency_limit: float | None = None, pareto: bool = False, time_budget: float = 60.0,
-             device: str = "rtx3090", warm: float = WARM,
+             device: str = "rtx3090", warm: float | None = None,
              progress: Callable[[Record], None] | None = None, cancel: threading.Event | None = None,
              on_start: Callable[[MOptimizer], None] | None = None, cost: CostModel | None = None,
              cost_name: str = "analytic", substitutions: bool = False):
@@ -768,7 +778,7 @@ def optimize(g: Graph, *, memory_limit: MemoryLimit | str | float | None = None,
     otherwise); ``latency_limit``: a factor of the imported latency.  The meta records the limit as
     given (``limit``) and, for a memory limit, the bytes it resolved to (``limit_bytes``).
     ``warm``: the share of the budget spent on the warm start (greedy fission, then Remat steps:
-    ``MOptimizer.warm_start``).  ``on_start`` gets the optimizer before the search starts (a caller
+    ``MOptimizer.warm_start``; default ``WARM``, under a latency limit ``LATENCY_WARM``).  ``on_start`` gets the optimizer before the search starts (a caller
     that shows its archive while it grows).  ``cost``: the cost model (default: ``device``'s analytic
     model), ``cost_name`` its kind (``core.cost.choice``), recorded in the meta as ``cost``.
     ``substitutions``: TASO's substitution rules (``SEARCH_SUBSTITUTIONS``) are rules of the search too.
@@ -786,6 +796,8 @@ def optimize(g: Graph, *, memory_limit: MemoryLimit | str | float | None = None,
     if on_start is not None:
         on_start(m)
     # the seeds run on top of the warm start's share, out of the sweep's
+    if warm is None:
+        warm = LATENCY_WARM if latency_limit is not None else WARM
     start = m.warm_start(warm * time_budget, SEED_SHARE * warm * time_budget) if warm > 0 else m.root
     left = max(0.0, time_budget - (time.perf_counter() - t0))
     if pareto:
