@@ -130,3 +130,24 @@ def test_swap_late_by_name_lowers_the_peak_and_verifies(tmp_path, capsys):
     assert main(["transform", "unet_tiny", "--swap-late", first, "-o", str(tmp_path / "x.json")]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert err[-1].startswith("magis: error:") and "--swap-late" in err[-1] and not (tmp_path / "x.json").exists()
+
+
+def test_swap_output_by_name_keeps_the_results_and_verifies(tmp_path, capsys):
+    """``--swap-output TENSOR``: a weight's gradient goes to host memory once made and comes back
+    for the end of the step; the script still returns it (matching eager PyTorch).  A tensor an op
+    reads is refused in one line."""
+    g = load_sample_graph("unet_tiny")
+    ref = max((r for r in g.output_refs() if g.nodes[r.node].kind == NodeKind.OP and not g.readers(r)
+               and g.nodes[r.node].outputs[r.index].nbytes > 0),
+              key=lambda r: (g.nodes[r.node].outputs[r.index].nbytes, r))
+    name = g[ref.node].name + (f"#{ref.index}" if ref.index else "")
+    out = tmp_path / "t.json.gz"
+    assert main(["transform", "unet_tiny", "--swap-output", name, "-o", str(out), "--json"]) == 0
+    res = json.loads(capsys.readouterr().out)
+    assert res["applied"][0]["rule"] == "swap_output"
+    assert main(["verify", "unet_tiny", "--graph", str(out), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["ok"]
+    read = next(n.name for n in g.ops() if g.users(n.id) and len(n.outputs) == 1)
+    assert main(["transform", "unet_tiny", "--swap-output", read, "-o", str(tmp_path / "x.json")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1].startswith("magis: error:") and not (tmp_path / "x.json").exists()
