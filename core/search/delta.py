@@ -264,6 +264,7 @@ class DeltaEvaluator:
         self.flags = (free_inputs, count_weights)
         self.max_states = max_states
         self.window_cap = window_cap  # the most ops one child's DP reschedules (None: no bound)
+        self._last_times: tuple | None = None  # (start, end, stream) of the last `_simulated` order
         self.order = list(order)
         self.pos = {v: i for i, v in enumerate(self.order)}
         self.storages = StorageIndex(g)
@@ -822,14 +823,18 @@ class DeltaEvaluator:
         cap = int(here.max()) if len(here) else 0
         wait = dict.fromkeys((spec[0] for spec in specs), 0.0)
         best = None
-        for _ in range(REISSUE_ROUNDS):
+        for k in range(REISSUE_ROUNDS):
             order, slot = hoist_loads(self.order, here, cap, [(*x[:4], x[4] + wait[x[0]], x[5]) for x in specs],
                                       self._step_time)
-            curve, latency, host = self._simulated(order, set())
-            peak = int(curve.max()) if len(curve) else 0
-            key = (0, latency) if peak <= cap else (1, peak)
-            if slot and (best is None or key < best[0]):
-                best = (key, order, slot, peak, latency, host, curve)
+            if not slot and k:  # nothing moves any more
+                break
+            if slot:
+                curve, latency, host = self._simulated(order, set())
+                peak = int(curve.max()) if len(curve) else 0
+                key = (0, latency) if peak <= cap else (1, peak)
+                if best is None or key < best[0]:
+                    best = (key, order, slot, peak, latency, host, curve)
+            # the waits of this round's simulation (with nothing moved: the working schedule's)
             late = self._waits(order, wait)
             if not late:
                 break
