@@ -448,9 +448,10 @@ class MOptimizer:
             self._reissue()
 
     def _reissue(self) -> None:
-        """Commit ``Reissue`` of the working schedule's LOADs where it lowers the latency and leaves the peak where it is: a swap places its LOAD after
-        the peak steps of its day, and once later steps lower them the LOAD holds up compute for
-        nothing (on the SD-1.x UNet, 1.6% of the step at 0.418x)."""
+        """Commit ``Reissue`` of the working schedule's LOADs where it lowers the latency and leaves
+        the peak where it is: a swap places its LOAD after the peak steps of its day, and once later
+        steps lower them the LOAD holds up compute for nothing (on the SD-1.x UNet, 1.6% of the
+        step at 0.418x)."""
         ev = self.ev
         if Reissue.name not in ev.rules:
             return
@@ -499,13 +500,16 @@ class MOptimizer:
         first: per step, the rules of ``step_rules`` matched on the ``candidates`` largest tensors
         alive at the spike, each child evaluated against that spike (``DeltaEvaluator.focused``)
         and kept when it lowers the spike without raising the peak; the one of least latency per
-        byte the spike goes down is committed (none above ``latency_cap`` seconds).  A spike no child
-        lowers is left for the rest of the run.  Where ``remat_steps`` stops because two parts of the schedule peak at the same
+        byte the spike goes down is committed (none above ``latency_cap`` seconds).  With
+        ``"fission"`` among ``step_rules``, a spike no rule lowers is offered F-Trans of windows
+        around it (``peak_fission.peak_windows``).  A spike no child lowers is left for the rest of
+        the run.  Where ``remat_steps`` stops because two parts of the schedule peak at the same
         height, the peak falls once each of them is lowered.  Returns the last state.  On the
-        SD-1.x UNet, from the Swap steps' states within +8-10%, it lowers the lowest point within
-        +10% from 0.431x to 0.416x (``bench/spike_steps.py``).  The warm start runs it only where
-        its Swap steps end early: a fixed 10% share of a 20 s warm start cost them more than it
-        gave on 6 of 19 zoo models."""
+        SD-1.x UNet, from the Swap steps' states within +8-10% of DTR's 0.53 plan, it lowers the
+        lowest point within +10% from 0.436x to 0.395x (``bench/spike_steps.py``; SwapOutput takes
+        gradients off the device under the late spikes).  The warm start runs it only where its
+        Swap steps end early: a fixed 10% share of a 20 s warm start cost them more than it gave on
+        6 of 19 zoo models."""
         from .peak_fission import peak_windows
         from .spikes import spikes
 
@@ -744,12 +748,12 @@ def low_end(m: MOptimizer, time_budget: float, limit: int | None = None) -> MSta
 
 
 def spikes_within(m: MOptimizer, time_budget: float, limit: float, **spike_kw) -> None:
-    """Under a latency ``limit`` (seconds): ``spike_steps`` capped at the limit, from the archive's
-    lowest-peak state within ``limit`` less each of ``SPIKE_FROM`` (x the imported latency) in
-    turn -- after Swap steps from it with ``SPIKE_SWAP_SHARE`` of the time left, whose end is the start
-    where it is still that far below the limit --, each until no spike falls or ``time_budget`` ends -- the latency the warm start leaves
-    below the limit is what the spike steps spend (SD-1.x UNet within +10%: from 0.50x at +5.0% to
-    0.40x, ``bench/spike_steps.py``).  ``spike_kw`` goes to ``spike_steps``."""
+    """Under a latency ``limit`` (seconds), spend the latency the warm start leaves below it: from
+    the archive's lowest-peak state within ``limit`` less each of ``SPIKE_FROM`` (x the imported
+    latency) in turn, Swap steps with ``SPIKE_SWAP_SHARE`` of the time left (their end is the
+    start if it is still that far below the limit), then ``spike_steps`` capped at the limit until
+    no spike falls or ``time_budget`` ends.  SD-1.x UNet within +10%: 0.386x with 180 s, where the
+    search from the warm start alone ended at 0.433x.  ``spike_kw`` goes to ``spike_steps``."""
     deadline = time.perf_counter() + time_budget
     tried: list[MState] = []
     for below in SPIKE_FROM:
