@@ -93,19 +93,23 @@ class Swap(Rule):
                              f"a copy's output, or an empty tensor)")
         if b not in g.readers(ref) or not _user_ok(g, b):
             raise RuleNotApplicable(f"{g.nodes[b].name!r} is not a compute op reading {g.nodes[a].name!r}")
-        src = g.nodes[a]
-        meta = src.outputs[j]
-        st = store_of(g, ref)
-        if st is None:
-            host = copy.copy(meta)
-            host.device, host.storage_bytes = "host", None
-            st = g.add_node(name=f"{src.name}_store", op="store", kind=NodeKind.STORE, args=[ref],
-                            outputs=[host], module=src.module).id
-        dev = copy.copy(meta)
-        dev.storage_bytes = None
-        load = g.add_node(name=f"{src.name}_load_{g.new_id()}", op="load", kind=NodeKind.LOAD,
-                          args=[TRef(st, 0)], outputs=[dev], module=g.nodes[b].module)
+        load = add_load(g, ref, store_of(g, ref), g.nodes[b].module)
         g.replace_input(b, ref, TRef(load.id, 0))
+
+
+def add_load(g: Graph, ref: TRef, st: int | None, module: str):
+    """A new LOAD of ``ref``'s host copy in ``module`` (its node): from STORE ``st``, or where that is
+    None from a new STORE of ``ref`` (added first)."""
+    src = g.nodes[ref.node]
+    if st is None:
+        host = copy.copy(src.outputs[ref.index])
+        host.device, host.storage_bytes = "host", None
+        st = g.add_node(name=f"{src.name}_store", op="store", kind=NodeKind.STORE, args=[ref],
+                        outputs=[host], module=src.module).id
+    dev = copy.copy(src.outputs[ref.index])
+    dev.storage_bytes = None
+    return g.add_node(name=f"{src.name}_load_{g.new_id()}", op="load", kind=NodeKind.LOAD,
+                      args=[TRef(st, 0)], outputs=[dev], module=module)
 
 
 def _host_copy(g: Graph, ref: TRef) -> int | None:
@@ -190,17 +194,7 @@ class SwapLate(Rule):
             raise RuleNotApplicable(f"{app}: the readers and views do not read {g.nodes[a].name!r}")
         if not all(_user_ok(g, b) for b in users):
             raise RuleNotApplicable(f"{app}: a reader is not a compute op")
-        src = g.nodes[a]
-        st = _host_copy(g, ref)
-        if st is None:
-            host = copy.copy(src.outputs[j])
-            host.device, host.storage_bytes = "host", None
-            st = g.add_node(name=f"{src.name}_store", op="store", kind=NodeKind.STORE, args=[ref],
-                            outputs=[host], module=src.module).id
-        dev = copy.copy(src.outputs[j])
-        dev.storage_bytes = None
-        load = g.add_node(name=f"{src.name}_load_{g.new_id()}", op="load", kind=NodeKind.LOAD,
-                          args=[TRef(st, 0)], outputs=[dev], module=g.nodes[users[0]].module)
+        load = add_load(g, ref, _host_copy(g, ref), g.nodes[users[0]].module)
         made = {a: load.id}
         for v in remade:  # in schedule order: a view's base is made before it
             base = views[v]
@@ -280,15 +274,7 @@ class SwapOutput(Rule):
         a, j = app.params
         ref = TRef(a, j)
         keys = self._check(g, ref)
-        src = g.nodes[a]
-        host = copy.copy(src.outputs[j])
-        host.device, host.storage_bytes = "host", None
-        st = store_of(g, ref) or g.add_node(name=f"{src.name}_store", op="store", kind=NodeKind.STORE, args=[ref],
-                                            outputs=[host], module=src.module).id
-        dev = copy.copy(src.outputs[j])
-        dev.storage_bytes = None
-        load = g.add_node(name=f"{src.name}_load_{g.new_id()}", op="load", kind=NodeKind.LOAD,
-                          args=[TRef(st, 0)], outputs=[dev], module=src.module)
+        load = add_load(g, ref, store_of(g, ref), g.nodes[a].module)
         for k in keys:
             g.set_output(k, TRef(load.id, 0))
 
