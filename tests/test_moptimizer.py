@@ -5,6 +5,7 @@ simulated numbers, the Pareto archive, and one-line errors for bad plan files.""
 from __future__ import annotations
 
 import gzip
+import itertools
 import json
 
 import pytest
@@ -215,8 +216,8 @@ def test_remat_steps_lower_the_peak_each_step_kind_by_kind_and_replay():
 def test_the_warm_start_ends_with_swap_steps_that_lower_the_peak_and_replay():
     """After the Remat chains, Swap and SwapLate steps from the lowest-peak states within +5% and
     +10% latency: on resnet50_tiny some frontier states end in swaps, each swap step lowered the
-    peak (each Reissue after one lowered the latency at the same peak), and their plans replay to
-    their numbers."""
+    peak (each Reissue after one lowered the latency at the same peak; spike steps, with any of
+    their rules, may follow Swap steps that end early), and their plans replay to their numbers."""
     from core.cost.model import AnalyticCost
     from sample_graphs.store import load_sample_graph
 
@@ -232,8 +233,9 @@ def test_the_warm_start_ends_with_swap_steps_that_lower_the_peak_and_replay():
         first = next(i for i, x in enumerate(path) if x.app.rule in swaps)
         start = path[first - 1] if first else m.root
         assert start.latency <= 1.10 * m.root.latency + 1e-12
-        assert all(x.app.rule in swaps for x in path[first:])
-        for a, b in zip([start, *path[first:]], path[first:], strict=False):
+        # the Swap steps; spike steps may follow where they ended early (any of their rules)
+        chain = list(itertools.takewhile(lambda x: x.app.rule in swaps, path[first:]))
+        for a, b in zip([start, *chain], chain, strict=False):
             if b.app.rule == "reissue":  # a LOAD issued earlier: the same peak, less latency
                 assert b.peak == a.peak and b.latency < a.latency
             else:
