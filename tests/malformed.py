@@ -79,6 +79,8 @@ def _mutants(base: dict) -> Iterator[tuple[str, str, Callable[[dict], Any]]]:
         yield "types", f"$tuple={w}", lambda d, v=v: _op(d)["args"].__setitem__(0, {"$tuple": v})
         yield "types", f"$dict={w}", lambda d, v=v: _op(d)["args"].__setitem__(0, {"$dict": v})
         yield "types", f"kwarg={w}", lambda d, v=v: _op(d).__setitem__("kwargs", {"alpha": {"$t": [v, 0]}})
+    for name in ("$t", "a b", "x; import os", "lambda", "", "1x"):  # kwarg names a script cannot pass
+        yield "types", f"kwarg-name={name!r}", lambda d, k=name: _op(d).__setitem__("kwargs", {k: None})
     yield "types", "encoded-two-keys", lambda d: _op(d)["args"].__setitem__(0, {"$t": [0, 0], "$c": ["dtype", "x"]})
     yield "types", "unknown-tag", lambda d: _op(d)["args"].__setitem__(0, {"$x": 1})
     yield "types", "torch-const-code", lambda d: _op(d)["args"].append({"$c": ["dtype", "float32; import os"]})

@@ -82,6 +82,9 @@ def test_wrong_types_are_mostly_rejected(results):
     rows = results["types"]
     rejected = sum(r["code"] == 2 for r in rows)
     assert "types" in MIXED and rejected >= 0.9 * len(rows)
+    # a keyword argument an exported script could not pass by name is never accepted
+    names = [r for r in rows if "-kwarg-name=" in Path(r["file"]).name]
+    assert len(names) == 6 and all(r["code"] == 2 for r in names)
 
 
 def test_hostile_names_are_accepted_and_printed_escaped(results):

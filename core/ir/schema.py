@@ -17,6 +17,7 @@ A problem raises :class:`GraphError` with one line that says where it is.
 
 from __future__ import annotations
 
+import keyword
 import math
 import re
 from dataclasses import dataclass
@@ -271,6 +272,8 @@ class _Checker:
             raise GraphError(f"{w}: kwargs must be an object, not {_kind(kwargs)}")
         for k, v in kwargs.items():
             self.string(k, f"{w} kwarg name")
+            if not k.isidentifier() or keyword.iskeyword(k):  # an exported script passes it by name
+                raise GraphError(f"{w}: kwarg name {shown(k, 30)} is not a Python name")
             self.value(v, f"{w} kwarg {shown(k, 30)}")
         outs = nd.get("outputs")
         if not isinstance(outs, list):
