@@ -10,8 +10,12 @@ device profile, each within the same time budget (``core.search.compare.compare`
 against the best other method at <= 10% overhead.  Every latency is the analytic model's prediction.
 
     python bench/zoo.py [--models opt,swin,...] [--methods magis,dtr,...] [--time-budget 20]
-                        [--device rtx3090] [--tiny] [--json bench/results/zoo.json]
+                        [--per-kop 0] [--device rtx3090] [--tiny] [--json bench/results/zoo.json]
     python bench/zoo.py --merge PART.json PART.json ... [--json bench/results/zoo.json]
+
+Every method gets the same budget on a model: ``--time-budget`` seconds, or with ``--per-kop S``
+S seconds per thousand ops of the model's graph where that is more (a search's steps cost time in
+proportion to the graph: the SD-1.x UNet's 5,310 ops take 20 s for the warm start's seeds alone).
 
 Captured graphs are cached under ``$MAGIS_CACHE/zoo`` (default ``~/.cache/magis/zoo``) by model
 and size, so a second run searches again without capturing again.  ``--tiny`` runs the tiny
@@ -60,13 +64,23 @@ def import_graph(name: str, tiny: bool = False, cache: bool = True):
     return g, seconds
 
 
-def run_model(name: str, *, tiny: bool, methods: list[str], budget: float, device: str, say) -> dict:
+def budget_of(ops: int, time_budget: float, per_kop: float = 0.0) -> float:
+    """Seconds for every method on a graph of ``ops`` ops: ``time_budget``, or ``per_kop`` per
+    thousand ops where that is more."""
+    return max(time_budget, per_kop * ops / 1000)
+
+
+def run_model(name: str, *, tiny: bool, methods: list[str], budget: float, device: str, say,
+              per_kop: float = 0.0) -> dict:
     g, capture_s = import_graph(name, tiny)
     floor, _ = resident_floor(g)
+    ops = len(list(g.ops()))
+    budget = budget_of(ops, budget, per_kop)
+    say(f"{name}: {ops} ops, {budget:g} s per method")
     w = compare(g, name=name, device=device, methods=methods, time_budget=budget, peer_budget=budget,
                 progress=say)
     return {"model": name, "family": zoo.BY_NAME[name].family, "size": zoo.BY_NAME[name].size,
-            "description": g.meta.get("description", ""), "ops": len(list(g.ops())),
+            "description": g.meta.get("description", ""), "ops": ops, "time_budget": budget,
             "capture_seconds": round(capture_s, 1), "no_dim_links": ops_without_dim_links(g),
             "floor_ratio": floor / w["eager"]["peak"], "eager": w["eager"],
             "rows": rows_of(w), "failures": failures_of(w),
@@ -85,14 +99,15 @@ def versus(m: dict) -> dict:
 
 
 def format_summary(models: list[dict]) -> str:
-    lines = [f"{'model':14s} {'size':28s} {'ops':>6s} {'floor':>6s} {'MAGIS@10%':>9s} {'best other @10%':>24s} "
+    lines = [f"{'model':14s} {'size':28s} {'ops':>6s} {'budget':>6s} {'floor':>6s} {'MAGIS@10%':>9s} {'best other @10%':>24s} "
              f"{'ratio':>6s}  ops without dim links"]
     for m in models:
         v = versus(m)
         mine = f"{v['magis']:.3f}x" if v["magis"] is not None else "-"
         best = f"{v['best_method']} {v['best']:.3f}x" if v["best"] is not None else "-"
         ratio = f"{v['ratio']:.2f}" if v["ratio"] is not None else "-"
-        lines.append(f"{m['model']:14s} {m['size'][:28]:28s} {m['ops']:6d} {m['floor_ratio']:5.2f}x {mine:>9s} "
+        lines.append(f"{m['model']:14s} {m['size'][:28]:28s} {m['ops']:6d} {m.get('time_budget', 0):5.0f}s "
+                     f"{m['floor_ratio']:5.2f}x {mine:>9s} "
                      f"{best:>24s} {ratio:>6s}  {', '.join(m['no_dim_links']) or 'none'}")
     return "\n".join(lines)
 
@@ -102,6 +117,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--models", default=",".join(zoo.NAMES), help=f"of {','.join(zoo.NAMES)}")
     ap.add_argument("--methods", default=",".join(default_methods()))
     ap.add_argument("--time-budget", type=float, default=20.0, help="seconds per method and model")
+    ap.add_argument("--per-kop", type=float, default=0.0,
+                    help="seconds per method and thousand ops of the model where that is more than --time-budget")
     ap.add_argument("--device", default="rtx3090")
     ap.add_argument("--tiny", action="store_true", help="the tiny variants (a smoke test)")
     ap.add_argument("--json", type=Path, default=None)
@@ -122,12 +139,12 @@ def main(argv: list[str] | None = None) -> int:
         say(f"== {name}")
         try:
             models.append(run_model(name, tiny=a.tiny, methods=methods, budget=a.time_budget, device=a.device,
-                                    say=say))
+                                    say=say, per_kop=a.per_kop))
         except Exception as e:  # noqa: BLE001 -- a model that does not import is a row with its reason
             failed.append({"model": name, "error": f"{type(e).__name__}: {str(e).splitlines()[0][:300]}"})
             say(f"{name}: failed: {failed[-1]['error']}")
-    report({"device": a.device, "time_budget": a.time_budget, "tiny": a.tiny, "methods": methods,
-            "models": models, "not_run": failed}, a.json)
+    report({"device": a.device, "time_budget": a.time_budget, "per_kop": a.per_kop, "tiny": a.tiny,
+            "methods": methods, "models": models, "not_run": failed}, a.json)
     return 0
 
 
@@ -135,8 +152,10 @@ def report(run: dict, path: Path | None) -> None:
     """Print a run's tables (every method per model, then MAGIS against the best other) and write
     it, with the summary rows, to ``path``."""
     models = run["models"]
-    print(f"{run['device']}; every method {run['time_budget']:g} s per model; ratios against PyTorch eager of the "
-          f"same run; latencies are the analytic model's predictions")
+    per_kop = run.get("per_kop") or 0
+    each = f" ({per_kop:g} s per thousand ops where that is more)" if per_kop else ""
+    print(f"{run['device']}; every method {run['time_budget']:g} s per model{each}; ratios against PyTorch eager "
+          f"of the same run; latencies are the analytic model's predictions")
     print(format_table([r for m in models for r in m["rows"]], [f for m in models for f in m["failures"]]))
     print()
     print(format_summary(models))
@@ -151,14 +170,14 @@ def report(run: dict, path: Path | None) -> None:
 def merge(parts: list[Path], path: Path | None) -> int:
     """One report of runs made in parts (two processes side by side, one model list each)."""
     runs = [json.loads(p.read_text()) for p in parts]
-    keys = {(r["device"], r["time_budget"], r["tiny"]) for r in runs}
+    keys = {(r["device"], r["time_budget"], r.get("per_kop") or 0, r["tiny"]) for r in runs}
     if len(keys) != 1:
         raise SystemExit(f"the parts differ in device, budget or size: {sorted(keys)}")
     models = {m["model"]: m for r in runs for m in r["models"]}
     order = [n for n in zoo.NAMES if n in models] + [n for n in models if n not in zoo.NAMES]
     methods = list(dict.fromkeys(x for r in runs for x in r["methods"]))
-    device, budget, tiny = keys.pop()
-    report({"device": device, "time_budget": budget, "tiny": tiny, "methods": methods,
+    device, budget, per_kop, tiny = keys.pop()
+    report({"device": device, "time_budget": budget, "per_kop": per_kop, "tiny": tiny, "methods": methods,
             "models": [models[n] for n in order], "not_run": [f for r in runs for f in r["not_run"]],
             "parts": [str(p) for p in parts]}, path)
     return 0

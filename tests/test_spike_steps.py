@@ -193,3 +193,27 @@ def test_optimize_under_a_latency_limit_gives_the_spike_steps_their_share(monkey
     shares.clear()
     moptimizer.optimize(load_sample_graph("bert_tiny"), memory_limit=0.9, time_budget=3.0)
     assert shares == []  # a memory limit: no spike steps of their own
+
+
+def test_the_pareto_mode_runs_spike_steps_below_ten_percent_where_its_budget_is_long_enough(monkeypatch):
+    from core.search import moptimizer
+    from sample_graphs.store import load_sample_graph
+
+    g = load_sample_graph("bert_tiny")
+    ops = len(g.ops())
+    monkeypatch.setattr(moptimizer, "PARETO_SPIKE_SECONDS", 4000 / ops)  # 4 s on this graph
+    assert moptimizer.pareto_spikes(g, 4.0) and not moptimizer.pareto_spikes(g, 3.9)
+    calls, warms = [], []
+    real, warm_start = moptimizer.spikes_within, moptimizer.MOptimizer.warm_start
+    monkeypatch.setattr(moptimizer, "spikes_within",
+                        lambda m, t, limit: calls.append(limit / m.root.latency) or real(m, t, limit))
+    monkeypatch.setattr(moptimizer.MOptimizer, "warm_start",
+                        lambda self, t, seed=None: warms.append(t) or warm_start(self, t, seed))
+    pf = moptimizer.optimize(g, pareto=True, time_budget=3.0)
+    assert calls == [] and warms == [pytest.approx(moptimizer.WARM * 3.0)]
+    assert pf.meta["mode"] == "pareto" and len(pf.points) >= 2
+    warms.clear()
+    pf = moptimizer.optimize(g, pareto=True, time_budget=4.0)
+    assert calls == [pytest.approx(moptimizer.PARETO_SPIKES)] and warms == [pytest.approx(moptimizer.LATENCY_WARM * 4.0)]
+    eager = pf.points[-1]
+    assert any(p.latency <= 1.1 * eager.latency and p.peak < eager.peak for p in pf.points[:-1])

@@ -103,3 +103,27 @@ def test_the_copy_of_a_slice_is_as_large_as_its_base_in_the_graph_and_measured()
     assert copy.outputs[0].nbytes == 2 * 8 * 8  # the base's (2, 8) int64 storage, not the (2, 7) slice
     res = verify_workload(_W(), "traced", 0, graph=g, details=True)
     assert problems(res) == [], problems(res)
+
+
+def test_the_zoo_bench_gives_every_method_one_budget_per_model_scaled_by_ops(tmp_path, monkeypatch, capsys):
+    import json
+
+    import bench.zoo as bench
+
+    assert bench.budget_of(5310, 20, 40) == pytest.approx(212.4)
+    assert bench.budget_of(226, 20, 40) == 20 and bench.budget_of(5310, 20) == 20
+    monkeypatch.setenv("MAGIS_CACHE", str(tmp_path))
+    out = tmp_path / "part.json"
+    assert bench.main(["--models", "resnet18", "--methods", "magis,eager,dtr", "--tiny", "--time-budget", "0.5",
+                       "--per-kop", "6", "--json", str(out)]) == 0
+    run = json.loads(out.read_text())
+    (m,) = run["models"]
+    assert run["per_kop"] == 6 and m["time_budget"] == pytest.approx(max(0.5, 6 * m["ops"] / 1000))
+    assert m["time_budget"] > 0.5  # the tiny ResNet-18's ops give it more than --time-budget
+    assert {r["method"] for r in m["rows"]} == {"magis", "eager", "dtr"}
+    text = capsys.readouterr().out
+    assert "every method 0.5 s per model (6 s per thousand ops where that is more)" in text
+    other = tmp_path / "other.json"
+    other.write_text(json.dumps({**run, "per_kop": 0}))
+    with pytest.raises(SystemExit, match="differ in device, budget"):
+        bench.merge([out, other], None)

@@ -72,6 +72,13 @@ SPIKE_RULES = ("swap", "swap_late", "swap_output", "remat", "remat_chain")
 SPIKE_SHARE = 0.75  # under a latency limit, this share of what the warm start leaves goes to spike steps (spikes_within)
 SPIKE_SWAP_SHARE = 0.3  # ... each start's Swap steps first (copies that overlap compute), with this share of the time left
 SPIKE_FROM = (0.05, 0.03, 0.01)  # ... from the lowest-peak states this far below the limit (x the imported latency)
+# the Pareto mode's spike steps (spikes_within, SPIKE_SHARE of what the warm start leaves) run below this
+# latency (x the imported); SD-1.x UNet at <= 10%, 180 s: 0.427x without, 0.405x with half of it, 0.393x with 0.75
+PARETO_SPIKES = 1.10
+# ... where the budget is at least this many seconds per thousand ops (then the warm start gets LATENCY_WARM):
+# at 20 s (4-20 s per thousand ops) a shorter warm start cost more than the spike steps gave (SD UNet 0.499x ->
+# 0.597x, DeiT 0.401x -> 0.474x, EfficientNet 0.388x -> 0.476x); at 40 s per thousand ops DiT 0.519x -> 0.503x
+PARETO_SPIKE_SECONDS = 30.0
 SPIKE_MIN_SECONDS = 0.5  # the warm start's Swap steps that end this much before their share hand it to spike_steps
 # the seeds' runs (``seeds.seed``; adopting them comes on top) before the warm start, this fraction of the
 # warm start's budget on top of it (out of the sweep's share): at 60 s, btlm_3b at +10% 0.370x -> 0.291x
@@ -769,6 +776,12 @@ def spikes_within(m: MOptimizer, time_budget: float, limit: float, **spike_kw) -
         m.spike_steps(st, deadline - time.perf_counter(), latency_cap=limit, **spike_kw)
 
 
+def pareto_spikes(g: Graph, time_budget: float) -> bool:
+    """Whether the Pareto mode spends spike steps below ``PARETO_SPIKES``: where ``time_budget`` is at
+    least ``PARETO_SPIKE_SECONDS`` per thousand ops of ``g`` (below that, the warm start needs it all)."""
+    return bool(PARETO_SPIKES) and time_budget >= PARETO_SPIKE_SECONDS * len(g.ops()) / 1000
+
+
 def optimize(g: Graph, *, memory_limit: MemoryLimit | str | float | None = None,
              latency_limit: float | None = None, pareto: bool = False, time_budget: float = 60.0,
              device: str = "rtx3090", warm: float | None = None,
@@ -788,7 +801,9 @@ def optimize(g: Graph, *, memory_limit: MemoryLimit | str | float | None = None,
     ``substitutions``: TASO's substitution rules (``SEARCH_SUBSTITUTIONS``) are rules of the search too.
     A memory limit that no state of the warm start meets gets ``LOW_END_SHARE`` of what is left
     for ``low_end`` (peak fission, then Swap steps) before the search; a latency limit gets
-    ``SPIKE_SHARE`` of it for ``spikes_within`` (spike steps below the limit)."""
+    ``SPIKE_SHARE`` of it for ``spikes_within`` (spike steps below the limit), and so does ``pareto``
+    below ``PARETO_SPIKES`` where the budget is long enough for the graph (``pareto_spikes``; its warm
+    start then gets ``LATENCY_WARM``)."""
     from .plan import PlanFile
     from .wl_hash import graph_hash
 
@@ -799,12 +814,16 @@ def optimize(g: Graph, *, memory_limit: MemoryLimit | str | float | None = None,
     m = MOptimizer(g, cost if cost is not None else AnalyticCost(device), substitutions=substitutions)
     if on_start is not None:
         on_start(m)
+    spiky = pareto and pareto_spikes(g, time_budget)
     # the seeds run on top of the warm start's share, out of the sweep's
     if warm is None:
-        warm = LATENCY_WARM if latency_limit is not None else WARM
+        warm = LATENCY_WARM if latency_limit is not None or spiky else WARM
     start = m.warm_start(warm * time_budget, SEED_SHARE * warm * time_budget) if warm > 0 else m.root
     left = max(0.0, time_budget - (time.perf_counter() - t0))
     if pareto:
+        if spiky:
+            spikes_within(m, SPIKE_SHARE * left, PARETO_SPIKES * m.root.latency)
+            left = max(0.0, time_budget - (time.perf_counter() - t0))
         # the sweep searches from the root: its states stay reachable (a sweep from the warm start
         # left vit_base's frontier at eager's peak within 10% latency); the warm start's states are
         # in the archive either way
@@ -841,4 +860,4 @@ def optimize(g: Graph, *, memory_limit: MemoryLimit | str | float | None = None,
     return PlanFile(g.name, graph_hash(g), device, points, [r.to_dict() for r in res.records], meta)
 
 
-__all__ += ["optimize"]
+__all__ += ["optimize", "pareto_spikes"]
