@@ -87,15 +87,47 @@ def run_model(name: str, *, tiny: bool, methods: list[str], budget: float, devic
             "points": {m: r.points for m, r in w["results"].items()}}
 
 
-def versus(m: dict) -> dict:
-    """MAGIS's smallest peak at <= 10% overhead against the best other method's."""
+HEADLINES = ("peak_at_5pct", "peak_at_10pct", "overhead_at_80pct", "overhead_at_40pct")
+
+
+def versus(m: dict, key: str = "peak_at_10pct") -> dict:
+    """MAGIS's number ``key`` (``compare.summarise``'s: the smallest peak at <= 10% overhead by
+    default, or the least overhead under a memory limit) against the best other method's; ``ratio``
+    for peaks only."""
     rows = {r["method"]: r for r in m["rows"]}
-    mine = rows.get("magis", {}).get("peak_at_10pct")
-    others = [(r["peak_at_10pct"], k) for k, r in rows.items() if k not in ("magis", "eager")
-              and r.get("peak_at_10pct") is not None]
+    mine = rows.get("magis", {}).get(key)
+    others = [(r[key], k) for k, r in rows.items() if k not in ("magis", "eager") and r.get(key) is not None]
     best = min(others, default=(None, None))
-    ratio = mine / best[0] if mine is not None and best[0] else None
+    ratio = mine / best[0] if key.startswith("peak") and mine is not None and best[0] else None
     return {"model": m["model"], "magis": mine, "best": best[0], "best_method": best[1], "ratio": ratio}
+
+
+def format_markdown(models: list[dict]) -> str:
+    """The README's table: per model its size, ops, budget and resident floor, then MAGIS and the
+    best other method at each of the four headline numbers (peaks x eager's at <= 5% and <= 10%
+    latency overhead, overheads under 80% and 40% memory limits; "-": no point qualifies)."""
+
+    def cell(v: dict, key: str) -> str:
+        def num(x):
+            return "-" if x is None else (f"{x:.3f}x" if key.startswith("peak") else f"{100 * x:+.1f}%")
+
+        mine, best = num(v["magis"]), "-" if v["best"] is None else f"{v['best_method']} {num(v['best'])}"
+        win = v["magis"] is not None and (v["best"] is None or v["magis"] <= v["best"] + 1e-12)
+        return f"{'**' + mine + '**' if win else mine} / {best}"
+
+    head = ("| model | size | ops | s per method | resident floor | <= 5%: MAGIS / best other | "
+            "<= 10%: MAGIS / best other | ratio | 80%: MAGIS / best other | 40%: MAGIS / best other | "
+            "ops without dim links |")
+    lines = [head, "|---|---|---:|---:|---:|---|---|---:|---|---|---|"]
+    for m in models:
+        v = {k: versus(m, k) for k in HEADLINES}
+        ratio = v["peak_at_10pct"]["ratio"]
+        links = ", ".join(f"`{o}`" for o in m["no_dim_links"]) or "none"
+        lines.append(f"| {m['model']} | {m['size']} | {m['ops']:,} | {m.get('time_budget', 0):.0f} | "
+                     f"{m['floor_ratio']:.2f}x | " + " | ".join(cell(v[k], k) for k in HEADLINES[:2])
+                     + f" | {'-' if ratio is None else f'{ratio:.2f}'} | "
+                     + " | ".join(cell(v[k], k) for k in HEADLINES[2:]) + f" | {links} |")
+    return "\n".join(lines)
 
 
 def format_summary(models: list[dict]) -> str:
@@ -122,12 +154,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--device", default="rtx3090")
     ap.add_argument("--tiny", action="store_true", help="the tiny variants (a smoke test)")
     ap.add_argument("--json", type=Path, default=None)
+    ap.add_argument("--markdown", action="store_true", help="also print the README's table (format_markdown)")
     ap.add_argument("--merge", type=Path, nargs="+", default=None, metavar="PART",
                     help="print and write (--json) the tables of runs made in parts (each a --json of this "
                          "bench, same device and budget, its models only) instead of running")
     a = ap.parse_args(argv)
     if a.merge:
-        return merge(a.merge, a.json)
+        return merge(a.merge, a.json, a.markdown)
     names = [n for n in a.models.split(",") if n]
     unknown = [n for n in names if n not in zoo.BY_NAME]
     if unknown:
@@ -144,13 +177,13 @@ def main(argv: list[str] | None = None) -> int:
             failed.append({"model": name, "error": f"{type(e).__name__}: {str(e).splitlines()[0][:300]}"})
             say(f"{name}: failed: {failed[-1]['error']}")
     report({"device": a.device, "time_budget": a.time_budget, "per_kop": a.per_kop, "tiny": a.tiny,
-            "methods": methods, "models": models, "not_run": failed}, a.json)
+            "methods": methods, "models": models, "not_run": failed}, a.json, a.markdown)
     return 0
 
 
-def report(run: dict, path: Path | None) -> None:
-    """Print a run's tables (every method per model, then MAGIS against the best other) and write
-    it, with the summary rows, to ``path``."""
+def report(run: dict, path: Path | None, markdown: bool = False) -> None:
+    """Print a run's tables (every method per model, then MAGIS against the best other, and with
+    ``markdown`` the README's table) and write it, with the summary rows, to ``path``."""
     models = run["models"]
     per_kop = run.get("per_kop") or 0
     each = f" ({per_kop:g} s per thousand ops where that is more)" if per_kop else ""
@@ -161,13 +194,16 @@ def report(run: dict, path: Path | None) -> None:
     print(format_summary(models))
     for f in run["not_run"]:
         print(f"{f['model']}: not run: {f['error']}")
+    if markdown:
+        print()
+        print(format_markdown(models))
     if path:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps({**run, "versus": [versus(m) for m in models]}, indent=1, default=str))
         print(f"wrote {path}")
 
 
-def merge(parts: list[Path], path: Path | None) -> int:
+def merge(parts: list[Path], path: Path | None, markdown: bool = False) -> int:
     """One report of runs made in parts (two processes side by side, one model list each)."""
     runs = [json.loads(p.read_text()) for p in parts]
     keys = {(r["device"], r["time_budget"], r.get("per_kop") or 0, r["tiny"]) for r in runs}
@@ -179,7 +215,7 @@ def merge(parts: list[Path], path: Path | None) -> int:
     device, budget, per_kop, tiny = keys.pop()
     report({"device": device, "time_budget": budget, "per_kop": per_kop, "tiny": tiny, "methods": methods,
             "models": [models[n] for n in order], "not_run": [f for r in runs for f in r["not_run"]],
-            "parts": [str(p) for p in parts]}, path)
+            "parts": [str(p) for p in parts]}, path, markdown)
     return 0
 
 

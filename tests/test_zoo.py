@@ -115,7 +115,7 @@ def test_the_zoo_bench_gives_every_method_one_budget_per_model_scaled_by_ops(tmp
     monkeypatch.setenv("MAGIS_CACHE", str(tmp_path))
     out = tmp_path / "part.json"
     assert bench.main(["--models", "resnet18", "--methods", "magis,eager,dtr", "--tiny", "--time-budget", "0.5",
-                       "--per-kop", "6", "--json", str(out)]) == 0
+                       "--per-kop", "6", "--json", str(out), "--markdown"]) == 0
     run = json.loads(out.read_text())
     (m,) = run["models"]
     assert run["per_kop"] == 6 and m["time_budget"] == pytest.approx(max(0.5, 6 * m["ops"] / 1000))
@@ -123,7 +123,27 @@ def test_the_zoo_bench_gives_every_method_one_budget_per_model_scaled_by_ops(tmp
     assert {r["method"] for r in m["rows"]} == {"magis", "eager", "dtr"}
     text = capsys.readouterr().out
     assert "every method 0.5 s per model (6 s per thousand ops where that is more)" in text
+    row = next(x for x in text.splitlines() if x.startswith("| resnet18 | "))
+    assert row.count("|") == 12 and f"| {m['ops']:,} | {m['time_budget']:.0f} |" in row
     other = tmp_path / "other.json"
     other.write_text(json.dumps({**run, "per_kop": 0}))
     with pytest.raises(SystemExit, match="differ in device, budget"):
         bench.merge([out, other], None)
+
+
+def test_the_zoo_readme_table_puts_magis_against_the_best_other_method_at_each_headline():
+    import bench.zoo as bench
+
+    def row(method, p5, p10, o80, o40):
+        return {"method": method, "peak_at_5pct": p5, "peak_at_10pct": p10, "overhead_at_80pct": o80,
+                "overhead_at_40pct": o40}
+
+    m = {"model": "x", "size": "X-1B", "ops": 1234, "time_budget": 49.4, "floor_ratio": 0.25, "no_dim_links": ["topk"],
+         "rows": [row("magis", 0.7, 0.4, 0.05, None), row("eager", 1.0, 1.0, None, None),
+                  row("dtr", None, 0.5, 0.02, 0.3), row("checkmate", 0.8, 0.45, None, None)]}
+    assert bench.versus(m) == {"model": "x", "magis": 0.4, "best": 0.45, "best_method": "checkmate",
+                               "ratio": pytest.approx(0.4 / 0.45)}
+    assert bench.versus(m, "overhead_at_80pct")["ratio"] is None  # overheads are not compared as ratios
+    assert bench.format_markdown([m]).splitlines()[2] == (
+        "| x | X-1B | 1,234 | 49 | 0.25x | **0.700x** / checkmate 0.800x | **0.400x** / checkmate 0.450x | 0.89 | "
+        "+5.0% / dtr +2.0% | - / dtr +30.0% | `topk` |")
