@@ -12,7 +12,7 @@ from core.cost.model import AnalyticCost
 from core.search.moptimizer import MOptimizer
 from core.search.peers.dtr import DTR
 from core.search.plan import Plan, replay
-from core.search.seeds import SEED_BUDGETS, SEED_LIMITS, SEED_SLACK, adopt_seeds, dtr_seeds, offload_seeds
+from core.search.seeds import SEED_BUDGETS, SEED_SLACK, adopt_seeds, dtr_seeds, offload_seeds
 from core.simulate import simulate
 from sample_graphs.store import load_sample_graph
 
@@ -115,7 +115,7 @@ def test_dtr_seeds_refine_between_the_lowest_budget_within_a_slack_and_the_one_b
 
     monkeypatch.setattr(dtr, "budget_plan", fake)
     monkeypatch.setattr(dtr, "DTRSim", Unbudgeted)
-    seeds = dtr_seeds(m, 30.0, limits=())
+    seeds = dtr_seeds(m, 30.0)
     assert len(ran) == len(set(ran))  # each budget once
     assert {0.55, 0.5, 0.45, 0.8, 0.75} <= set(ran)
     assert min(ran) == 0.45  # the bisection starts above the floor: 0.3-0.4 are never run
@@ -123,52 +123,8 @@ def test_dtr_seeds_refine_between_the_lowest_budget_within_a_slack_and_the_one_b
     assert seeds.runs["dtr 0.7625"][1] <= 1.05 * base < seeds.runs["dtr 0.75"][1]
     assert seeds.runs["dtr 0.45"] == "infeasible"
     ran.clear()
-    dtr_seeds(MOptimizer(g, COST), 30.0, refine=0, limits=())
+    dtr_seeds(MOptimizer(g, COST), 30.0, refine=0)
     assert ran and set(ran) <= set(SEED_BUDGETS)
-
-
-def test_dtr_seeds_run_at_each_memory_limit_and_scale_down_a_plan_that_overshoots(monkeypatch):
-    """A made-up DTR whose plan's peak is 1.1x its budget (of an unbudgeted peak of 1 MB): at the
-    limit 0.8 x the imported peak P the first run is at budget 0.8 P / 1 MB, its plan 10% over the
-    limit, so the next is at that budget / 1.1, whose plan meets the limit; a limit under DTR's
-    floor (0.01 P, the floor 0.05 P) is not run."""
-    import core.search.peers.dtr as dtr
-
-    g = load_sample_graph("gpt_neo_tiny")
-    m = MOptimizer(g, COST)
-    P = m.root.peak
-    ran: list[float] = []
-
-    def fake(graph, cost, fraction, free, thrash=10.0, deadline=None, **stats):
-        ran.append(fraction)
-        return Plan("dtr", [], list(m.order), {"peak": int(1.1 * fraction * 1e6), "latency": m.root.latency},
-                    f"budget {fraction:g}")
-
-    class Unbudgeted:
-        def __init__(self, *args, **kwargs):
-            pass
-
-        def run(self):
-            return None, {"dtr_peak": 10**6, "dtr_floor": int(0.05 * P)}
-
-    monkeypatch.setattr(dtr, "budget_plan", fake)
-    monkeypatch.setattr(dtr, "DTRSim", Unbudgeted)
-    seeds = dtr_seeds(m, 30.0, slack=(), limits=(0.8, 0.01), refine=0)  # (no slack: no bisection)
-    first = round(0.8 * P / 1e6, 4)
-    assert ran == [first, round(first / 1.1, 4)]
-    assert seeds.plans[1].peak <= 0.8 * P < seeds.plans[0].peak
-
-
-def test_the_seeds_adopt_the_fastest_dtr_plan_under_each_memory_limit():
-    g = load_sample_graph("gpt_neo_tiny")
-    m = MOptimizer(g, COST)
-    seeds = adopt_seeds(m, dtr_seeds(m, 30.0))
-    assert "dtr 0.4" not in seeds.runs  # 0.4x is under DTR's floor here (0.65x): not run
-    for f in SEED_LIMITS[:1]:
-        under = [p for p in seeds.plans if p.peak <= f * m.root.peak]
-        assert under, f"DTR ran at {f} x the imported peak"
-        fastest = min(p.latency for p in under)
-        assert any(s.peak <= f * m.root.peak and s.latency <= fastest * (1 + 1e-9) for s in m.frontier())
 
 
 def test_an_adopted_offloading_plan_keeps_its_simulated_copies():

@@ -7,8 +7,7 @@ only on the smaller graphs (the model zoo: ``bench/zoo.py``).  DTR decides every
 budget in one pass over the schedule, in a second or two on such graphs; offloading what the
 cheap-op checkpointing keeps is one placement of its swaps.  So the warm start first runs DTR at
 the budgets a bisection picks for each latency slack of ``SEED_SLACK``, then offloading with
-checkpointing, and adopts (``MOptimizer.adopt``) the lowest-peak plan within each slack and the
-fastest under each memory limit of ``SEED_LIMITS`` (DTR runs at those too): those
+checkpointing, and adopts (``MOptimizer.adopt``) the lowest-peak plan within each slack: those
 plans are states of MAGIS's tree, in its archive, and its later Swap steps and gap searches go on
 from them.  A seed is the other method's plan exactly (its applications are Remat and SwapLate
 applications, its schedule the method's), so the frontier is never above the plans the seeds
@@ -28,10 +27,6 @@ SEED_BUDGETS = tuple(round(0.3 + 0.05 * i, 2) for i in range(14))  # fractions o
 SEED_SLACK = (1.10, 1.05, 1.25)  # adopt the lowest-peak plan within each x the imported latency (searched in this order)
 SEED_CHECKPOINTING = ("cheap 0.25",)  # offloading with checkpointing: the cheap ops within 25% of their recomputation
 SEED_REFINE = 2  # halvings of the budget step between the lowest budget within a slack and the one below it
-# DTR's plan at each of these x the imported peak, and the least-latency seed under each adopted too (the
-# headline memory limits; zoo, 40 s per thousand ops, at 80%: EfficientNet +4.9% -> +3.0%, RegNet +3.5% -> +2.8%,
-# at 40%: RegNet +22.6% -> +16.3%, MobileNetV2 +24.9% -> +19.9%, DiT +22.9% -> +17.5%: DTR's own)
-SEED_LIMITS = (0.8, 0.4)
 DTR_SHARE = 0.6  # DTR's share of the seeds' time; offloading with checkpointing gets the rest
 
 
@@ -48,16 +43,13 @@ class Seeds:
 
 
 def dtr_seeds(m, time_budget: float, budgets: tuple[float, ...] = SEED_BUDGETS,
-              slack: tuple[float, ...] = SEED_SLACK, out: Seeds | None = None, refine: int = SEED_REFINE,
-              limits: tuple[float, ...] = SEED_LIMITS) -> Seeds:
+              slack: tuple[float, ...] = SEED_SLACK, out: Seeds | None = None, refine: int = SEED_REFINE) -> Seeds:
     """For each of ``slack`` in turn, the lowest of ``budgets`` (fractions of DTR's unbudgeted
     peak, ascending) at which DTR's plan on ``m``'s imported graph stays within that slack x the
     imported latency -- a bisection over ``budgets`` above the unbudgeted run's floor, splitting
     each range a third of the way up, a budget DTR cannot meet (nothing left to evict, or it
     thrashes) counted as too low, each budget run once -- while ``time_budget`` lasts (a run
-    stops at its end); then DTR's plan at each of ``limits`` x the imported peak (the budget that
-    fraction of the imported peak is of DTR's unbudgeted one, scaled down by how far a plan
-    overshoots, at most three runs, none under the unbudgeted run's floor); then, while it lasts, ``refine`` halvings of the step between each slack's
+    stops at its end); then, while it lasts, ``refine`` halvings of the step between each slack's
     lowest budget and the next lower one that was run, where that one gave a plan that is too
     slow (0.5 within and 0.45 not: 0.475, then 0.4625 or 0.4875; just above a budget DTR cannot
     meet it may thrash for tens of seconds).  The plans are ``out.plans`` (``adopt_seeds`` adopts
@@ -100,15 +92,6 @@ def dtr_seeds(m, time_budget: float, budgets: tuple[float, ...] = SEED_BUDGETS,
                 hi = mid - 1
             else:
                 lo = mid + 1
-    for f in limits:  # DTR's plan at each memory limit (its budgets are fractions of its own peak)
-        b = round(f * m.root.peak / free["dtr_peak"], 4)
-        for _ in range(3):
-            if time.perf_counter() - t0 > time_budget or int(b * free["dtr_peak"]) < free["dtr_floor"]:
-                break
-            p = run(b)
-            if p is None or p.peak <= f * m.root.peak:
-                break
-            b = round(b * f * m.root.peak / p.peak, 4)  # over the limit: scaled down by how far
     for x in slack:  # then, time left, between each slack's lowest budget and the one below it
         for _ in range(refine):  # (where that one ran and was too slow: near a failing one DTR thrashes)
             lowest = min((b for b, p in plans.items() if p is not None and p.latency <= x * base), default=None)
@@ -141,22 +124,15 @@ def offload_seeds(m, time_budget: float, modes: tuple[str, ...] = SEED_CHECKPOIN
     return out
 
 
-def adopt_seeds(m, seeds: Seeds, slack: tuple[float, ...] = SEED_SLACK,
-                limits: tuple[float, ...] = SEED_LIMITS) -> Seeds:
+def adopt_seeds(m, seeds: Seeds, slack: tuple[float, ...] = SEED_SLACK) -> Seeds:
     """Adopt into ``m`` the lowest-peak plan of ``seeds.plans`` within each of ``slack`` x the
-    imported latency, and the least-latency one under each of ``limits`` x the imported peak (a
-    plan once)."""
+    imported latency (a plan once)."""
     t0 = time.perf_counter()
     base = m.root.latency
     chosen: list[Plan] = []
     for x in slack:
         ok = [p for p in seeds.plans if p.latency <= x * base and p.applications]
         best = min(ok, key=lambda p: (p.peak, p.latency), default=None)
-        if best is not None and best not in chosen:
-            chosen.append(best)
-    for f in limits:
-        ok = [p for p in seeds.plans if p.peak <= f * m.root.peak and p.applications]
-        best = min(ok, key=lambda p: (p.latency, p.peak), default=None)
         if best is not None and best not in chosen:
             chosen.append(best)
     for p in chosen:
@@ -177,5 +153,5 @@ def seed(m, time_budget: float) -> Seeds:
     return adopt_seeds(m, out)
 
 
-__all__ = ["DTR_SHARE", "SEED_BUDGETS", "SEED_CHECKPOINTING", "SEED_LIMITS", "SEED_REFINE", "SEED_SLACK", "Seeds", "adopt_seeds",
+__all__ = ["DTR_SHARE", "SEED_BUDGETS", "SEED_CHECKPOINTING", "SEED_REFINE", "SEED_SLACK", "Seeds", "adopt_seeds",
            "dtr_seeds", "offload_seeds", "seed"]
