@@ -779,7 +779,7 @@ def spikes_within(m: MOptimizer, time_budget: float, limit: float, **spike_kw) -
 def pareto_spikes(g: Graph, time_budget: float) -> bool:
     """Whether the Pareto mode spends spike steps below ``PARETO_SPIKES``: where ``time_budget`` is at
     least ``PARETO_SPIKE_SECONDS`` per thousand ops of ``g`` (below that, the warm start needs it all)."""
-    return bool(PARETO_SPIKES) and time_budget >= PARETO_SPIKE_SECONDS * len(g.ops()) / 1000
+    return time_budget >= PARETO_SPIKE_SECONDS * len(g.ops()) / 1000
 
 
 def optimize(g: Graph, *, memory_limit: MemoryLimit | str | float | None = None,
