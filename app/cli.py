@@ -23,12 +23,14 @@ and to user files (``app.specs`` resolves what the user names), so it lives here
 from __future__ import annotations
 
 import argparse
+import contextlib
 import inspect
 import json
 import os
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -44,6 +46,7 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
 
 EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT, EXIT_LIMIT_NOT_REACHED = 0, 1, 2, 3
+EXIT_INTERNAL = 70  # a bug of MAGIS Studio's own (sysexits' EX_SOFTWARE), never the user's input
 EXIT_INTERRUPTED, EXIT_BROKEN_PIPE = 130, 141  # 128 + SIGINT, 128 + SIGPIPE, as a shell reports them
 
 
@@ -69,6 +72,23 @@ class LimitNotReached(Outcome):
 
     status = EXIT_LIMIT_NOT_REACHED
     label = "warning"
+
+
+class InternalError(Exception):
+    """The optimizer failed on input that was accepted: a bug of ours, not bad input (exit status 70,
+    where bad input is 2).  ``main()`` says so in one line; ``--verbose`` adds the traceback."""
+
+
+@contextlib.contextmanager
+def optimizer_errors(what: str) -> Iterator[None]:
+    """Around work on input already validated (a loaded graph, a parsed limit): any exception from it
+    but an interrupt is the optimizer's own failure, reported as ``InternalError``."""
+    try:
+        yield
+    except (KeyboardInterrupt, BrokenPipeError, InternalError):
+        raise
+    except Exception as e:  # noqa: BLE001 -- whatever it is, the input was accepted
+        raise InternalError(f"{what} failed on an accepted graph: {type(e).__name__}: {e}") from e
 
 
 class Progress:
@@ -453,9 +473,10 @@ def cmd_optimize(a: argparse.Namespace) -> dict[str, Any]:
     try:
         print(f"optimizing {g.name} ({len(g)} nodes) for {a.time_budget:g} s on {device} ({a.cost} cost) "
               f"(Ctrl-C stops and keeps the best found)", file=sys.stderr, flush=True)
-        pf = optimize(g, memory_limit=memory, latency_limit=a.latency_limit, pareto=a.pareto,
-                      time_budget=a.time_budget, device=device, progress=progress, cancel=cancel,
-                      cost=cost, cost_name=a.cost, substitutions=a.substitutions)
+        with optimizer_errors("the M-Optimizer"):
+            pf = optimize(g, memory_limit=memory, latency_limit=a.latency_limit, pareto=a.pareto,
+                          time_budget=a.time_budget, device=device, progress=progress, cancel=cancel,
+                          cost=cost, cost_name=a.cost, substitutions=a.substitutions)
         if hasattr(cost, "save"):
             cost.save()
     finally:
@@ -516,8 +537,9 @@ def _optimize_with(a: argparse.Namespace, g, cost, device: str, memory) -> dict[
     limit = memory.bytes(eager_peak(g, cost))
     print(f"optimizing {g.name} ({len(g)} nodes) with {m.label} for {a.time_budget:g} s on {device}, "
           f"memory limit {format_bytes(limit)}", file=sys.stderr, flush=True)
-    run = run_method(name, g, cost, time_budget=a.time_budget, memory_limit=limit,
-                     progress=lambda msg: print(f"  {msg}", file=sys.stderr, flush=True))
+    with optimizer_errors(m.label):
+        run = run_method(name, g, cost, time_budget=a.time_budget, memory_limit=limit,
+                         progress=lambda msg: print(f"  {msg}", file=sys.stderr, flush=True))
     if not run.plans:
         raise LimitNotReached("; ".join(f.reason for f in run.failures) or f"{m.label} gave no plan")
     eager = run_method("eager", g, cost).plans
@@ -689,7 +711,8 @@ def cmd_compare(a: argparse.Namespace) -> dict[str, Any]:
     say = lambda msg: print(msg, file=sys.stderr, flush=True)  # noqa: E731
     say(f"comparing {len(methods)} methods on {g.name} ({len(g)} nodes), {a.time_budget:g} s each, on {a.device}"
         + (f"; merging into {a.output} ({len(old.points)} points)" if old else ""))
-    w = compare(g, device=a.device, methods=methods, time_budget=a.time_budget, model=model, progress=say)
+    with optimizer_errors("magis compare"):
+        w = compare(g, device=a.device, methods=methods, time_budget=a.time_budget, model=model, progress=say)
     pf = plan_file_of(w, g)
     if old is not None:
         pf = merge_plans(old, pf)
@@ -1115,6 +1138,12 @@ def main(argv: list[str] | None = None) -> int:
     except BrokenPipeError:  # stdout's reader left (`magis info F | head`): stop quietly
         _silence_stdout()
         return EXIT_BROKEN_PIPE
+    except InternalError as e:
+        if verbose:
+            print(error_detail(e.__cause__ or e), file=sys.stderr)
+        print(f"magis: internal error: {error_line(e)} -- a bug of MAGIS Studio, not of your input; "
+              f"rerun with --verbose for the traceback", file=sys.stderr)
+        return EXIT_INTERNAL
     except (GraphError, ValueError, OSError) as e:  # a missing, unreadable or unwritable path too
         if verbose:
             print(error_detail(e), file=sys.stderr)

@@ -125,6 +125,9 @@ class Split:
     tw_from: dict[int, int] = field(default_factory=dict)  # nll backward -> the nll forward of its total weight
     scale_grad: list[int] = field(default_factory=list)  # mse backward (mean): grad_output / n per part
     decouple: list[int] = field(default_factory=list)  # ones_like & co. outside S reading S: made input-free
+    # mean nll loss -> the ops of S that compute its target (label shifting, -100 padding), in order:
+    # run again at full size before the parts, they give the total weight of the whole split dim
+    target_ops: dict[int, list[int]] = field(default_factory=dict)
 
     def divisors(self) -> list[int]:
         """The fission numbers n > 1 that divide the split dim."""
@@ -299,12 +302,15 @@ def plan_split(g: Graph, dg: DGraph, nodes: Iterable[int], comp: Key,
     in_dims: dict[TRef, int | None] = {}
     inputs: list[TRef] = []
     mean_losses, tw_from, scale_grad = [], {}, []
+    target_ops: dict[int, list[int]] = {}
     for v in order:
         n = g.nodes[v]
         red = ops.reduction_of(n)
         if n.op in ops.MEAN_LOSSES and red == 1:
             if n.op != "aten.mse_loss.default" and len(n.args) > 2 and n.args[2] is not None:
                 raise SplitError(f"{n.name!r}: a mean loss with class weights is not split")
+            if n.op != "aten.mse_loss.default":
+                target_ops[v] = _target_ops(g, n, s, order)
             mean_losses.append(v)
         elif n.op in ops.MEAN_LOSS_GRADS and red == 1:
             if n.op == "aten.mse_loss_backward.default":
@@ -396,7 +402,30 @@ def plan_split(g: Graph, dg: DGraph, nodes: Iterable[int], comp: Key,
     first = next((v for v in order if g.nodes[v].kind == NodeKind.OP), order[0])
     local = dg.keys(first, comp)[0]
     return Split(order, local, length, out_dims, inputs, [in_dims[r] for r in inputs], outputs, combine,
-                 mean_losses, tw_from, scale_grad, decouple)
+                 mean_losses, tw_from, scale_grad, decouple, target_ops)
+
+
+def _target_ops(g: Graph, loss, s: set[int], order: list[int]) -> list[int]:
+    """The ops of S that compute the target of mean nll loss ``loss`` (in ``order``): the labels
+    shifted, padded with ``ignore_index`` or masked inside the training step, as causal LMs do.  The
+    F-Trans runs them once more at full size before the parts to count the targets of the whole split
+    dim (the loss's total weight).  Only integer label arithmetic is run again: a target computed from
+    floating-point values (from activations: the whole forward) or from random draws is refused."""
+    cone: set[int] = set()
+    work = [loss.args[1]] if isinstance(loss.args[1], TRef) else []
+    while work:
+        r = work.pop()
+        if r.node not in s or r.node in cone:
+            continue
+        n = g.nodes[r.node]
+        if n.kind != NodeKind.OP or ops.node_draws_random(n) \
+                or any(t.dtype.startswith(("float", "bfloat", "complex")) for t in n.outputs):
+            raise SplitError(f"{loss.name!r}: its target is computed inside the sub-graph from "
+                             f"{'random draws' if ops.node_draws_random(n) else 'floating-point values'} "
+                             f"({n.name!r})")
+        cone.add(r.node)
+        work.extend(n.inputs())
+    return [v for v in order if v in cone]
 
 
 __all__ = ["DGraph", "Key", "Split", "SplitError", "plan_split", "topological"]

@@ -366,6 +366,14 @@ def _roll_links(c: OpCtx) -> list[DimLink]:
     return [DimLink(0, d, 0, d) for d in range(len(x)) if d not in rolled and x[d] > 1]
 
 
+def _flip_links(c: OpCtx) -> list[DimLink]:
+    """``flip(x, dims)`` (the backward of a scan such as ``cumsum``): the axes it leaves alone split."""
+    x = c.ins[0].shape
+    dims = c.arg(1)
+    flipped = {norm_dim(d, len(x)) for d in ([dims] if isinstance(dims, int) else list(dims))}
+    return [DimLink(0, d, 0, d) for d in range(len(x)) if d not in flipped and x[d] > 1]
+
+
 def _contiguous_strides(shape: tuple[int, ...] | list[int]) -> list[int]:
     out, acc = [], 1
     for s in reversed(list(shape)):
@@ -400,6 +408,7 @@ def _as_strided_rescale(node: Node, full_ins, part_outs, in_split, args, kwargs)
 
 register([A + "stack.default"], "copy", _zero, _stack_links)
 register([A + "roll.default"], "copy", _zero, _roll_links)
+register([A + "flip.default"], "copy", _zero, _flip_links)
 register([A + "as_strided.default"], "view", _zero, _as_strided_links)
 register_rescale(A + "as_strided.default", _as_strided_rescale)
 

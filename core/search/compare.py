@@ -152,7 +152,7 @@ def run_peer(method: str, g: Graph, cost, budget: float, eager: dict, *, model: 
         left = round(max(0.0, budget - (time.perf_counter() - t0)), 1)
         run = run_method(method, g, cost, time_budget=left, progress=say, model=built, **opts)
     except Exception as e:  # noqa: BLE001 -- a method's crash is this graph's failure row
-        out.failures.append(("all", f"{type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''}"))
+        out.failures.append(("all", f"{type(e).__name__}: {_first_line(e)}"))
         out.seconds = time.perf_counter() - t0
         return out
     out.points = [point_row(p.label, p.peak, p.latency, eager, small_stats(p.stats)) for p in run.plans]
@@ -160,6 +160,10 @@ def run_peer(method: str, g: Graph, cost, budget: float, eager: dict, *, model: 
     out.failures = [(f.label, f.reason) for f in run.failures]
     out.seconds = time.perf_counter() - t0
     return out
+
+
+def _first_line(e: BaseException) -> str:
+    return str(e).splitlines()[0][:200] if str(e) else ""
 
 
 def small_stats(stats: dict) -> dict:
@@ -186,7 +190,11 @@ def compare(g: Graph, *, name: str | None = None, device: str = "rtx3090", metho
     for m in methods:
         say(f"{name}: {m} ...")
         if m == "magis":
-            r = run_magis(g, device, time_budget, eager)
+            try:
+                r = run_magis(g, device, time_budget, eager)
+            except Exception as e:  # noqa: BLE001 -- MAGIS's crash is its failure row; the others still run
+                r = MethodResult("magis", failures=[("all", f"{type(e).__name__}: {_first_line(e)}")],
+                                 extra={"records": [], "seconds_to_1pct": None, "states": 0, "eager_matches": None})
         else:
             r = run_peer(m, g, cost, peer_budget, eager, model=model, checkmate_time_limit=checkmate_time_limit,
                          checkmate_max_vars=checkmate_max_vars, progress=lambda s: say(f"  {s}"))

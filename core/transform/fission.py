@@ -202,7 +202,7 @@ def apply_split(g: Graph, split: Split, n: int) -> int:
         new = _input_free(g, u)
         rebuilt.append((new.node, u))
         inputs = [new if r == TRef(u, 0) else r for r in inputs]
-    tw_full = {f: _total_weight(g, f, s) for f in split.mean_losses if g.nodes[f].op != "aten.mse_loss.default"}
+    tw_full = {f: _total_weight(g, f, split) for f in split.mean_losses if g.nodes[f].op != "aten.mse_loss.default"}
     sub = sub_graph(g, split, n, inputs, tw_full)
     first = g.nodes[split.nodes[0]]
     outs = []
@@ -328,27 +328,30 @@ def _input_free(g: Graph, u: int) -> TRef:
     return TRef(new.id, 0)
 
 
-def _total_weight(g: Graph, f: int, s: set[int]) -> TRef:
+def _total_weight(g: Graph, f: int, split: Split) -> TRef:
     """The total weight of mean nll loss ``f`` over the whole split dim, computed before the parts:
-    the count of targets that are not ``ignore_index`` (views of the target inside S are repeated
-    outside it)."""
+    the count of targets that are not ``ignore_index``.  Where S computes the target itself (labels
+    shifted and padded inside the step, ``split.target_ops``: integer ops only, checked by
+    ``plan_split``), those ops run once more at full size, outside S, on S's full inputs."""
     node = g.nodes[f]
-    target = node.args[1]
     ignore = node.args[4] if len(node.args) > 4 else node.kwargs.get("ignore_index", -100)
-    chain = []
-    r = target
-    while r.node in s:
-        v = g.nodes[r.node]
-        if v.outputs[r.index].alias is None or len(v.inputs()) != 1:
-            raise SplitError(f"{node.name!r}: its target is computed inside the sub-graph")
-        chain.append((v, r.index))
-        r = v.inputs()[0]
-    for v, j in reversed(chain):  # the target's views, outside the sub-graph
-        out = copy.copy(v.outputs[j])
-        out.alias = r
-        c = g.add_node(name=f"{v.name}_full", op=v.op, args=map_refs(v.args, lambda _x, r=r: r),
-                       kwargs=map_refs(v.kwargs, lambda _x, r=r: r), outputs=[out], module=v.module)
-        r = TRef(c.id, 0)
+    full: dict[TRef, TRef] = {}
+    for v in split.target_ops.get(f, ()):
+        src = g.nodes[v]
+        sub = lambda r: full.get(r, r)  # noqa: E731
+        outs = []
+        for t in src.outputs:
+            o = copy.copy(t)
+            if o.alias is not None:
+                o.alias = sub(o.alias)
+            outs.append(o)
+        c = g.add_node(name=f"{src.name}_full", op=src.op, args=map_refs(src.args, sub),
+                       kwargs=map_refs(src.kwargs, sub), outputs=outs, module=src.module)
+        for j in range(len(src.outputs)):
+            full[TRef(v, j)] = TRef(c.id, j)
+    r = full.get(node.args[1], node.args[1])
+    if r.node in split.nodes:  # plan_split lists every op of S that computes it
+        raise SplitError(f"{node.name!r}: its target is computed inside the sub-graph")
     t = g.tensor(r)
     mask = g.add_node(name=f"{node.name}_counted", op="aten.ne.Scalar", args=[r, ignore],
                       outputs=[TensorMeta(t.shape, "bool")], module=node.module)
