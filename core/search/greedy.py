@@ -26,9 +26,9 @@ from ..ir.graph import Graph, TRef
 from ..schedule.baselines import TracedOrder
 from ..schedule.placement import load_slot, place_and_simulate
 from ..simulate import SimResult, simulate
-from ..transform.fission import Fission, apply_split
+from ..transform.fission import Fission, recorded_split
 from ..transform.registry import REMAT_FAMILY, rules_of
-from ..transform.rule import Application
+from ..transform.rule import Application, RuleNotApplicable
 from ..transform.swap import Swap, swappable
 from .delta import DeltaEvaluator
 from .plan import Plan
@@ -201,8 +201,10 @@ def greedy_fission(g: Graph, order: list[int] | None = None, cost: CostModel | N
             if split.length % n:
                 continue
             app = rule.application(n, f.split.comp, nodes)
-            with h.recording() as log:  # what rule.apply(h, app) does, without planning it again
-                apply_split(h, split, n)
+            try:
+                log = recorded_split(h, split, n)  # what rule.apply(h, app) does, without planning it again
+            except RuleNotApplicable:
+                continue
             o, s2 = run(h)
             evaluated += 1
             simulated += 1
@@ -215,8 +217,7 @@ def greedy_fission(g: Graph, order: list[int] | None = None, cost: CostModel | N
             continue
         app, cur_order, sim = best
         alternatives += [(len(apps), a) for a in lowered if a != app]
-        with h.recording():
-            apply_split(h, split, app.params[0])  # the same node ids as when it was evaluated
+        recorded_split(h, split, app.params[0])  # the same node ids as when it was evaluated
         apps.append(app)
         used |= nodes
         if progress:

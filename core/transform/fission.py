@@ -14,6 +14,7 @@ from collections.abc import Iterable
 from ..analysis.dgraph import DGraph, Key, Split, SplitError, plan_split, topological
 from ..ir import ops
 from ..ir.graph import (
+    EditLog,
     FissionOrigin,
     FissionSpec,
     Graph,
@@ -239,6 +240,18 @@ def apply_split(g: Graph, split: Split, n: int) -> int:
     return f.id
 
 
+def recorded_split(g: Graph, split: Split, n: int) -> EditLog:
+    """``apply_split`` journaled, as ``Rule.apply`` does it but without planning the split again: the
+    journal undoes it; an application that fails leaves ``g`` as it was."""
+    try:
+        with g.recording() as log:
+            apply_split(g, split, n)
+    except BaseException:
+        g.undo(log)
+        raise
+    return log
+
+
 def _unlink_diverged_copies(g: Graph, changed: list[int]) -> None:
     """After S's readers read the fission node and S's copies outside S took their originals'
     role, a recomputed copy downstream may read another value than its original (the original
@@ -361,4 +374,4 @@ def _total_weight(g: Graph, f: int, split: Split) -> TRef:
     return TRef(tw.id, 0)
 
 
-__all__ = ["Fission", "apply_split", "defission", "rescale_fission", "sub_graph"]
+__all__ = ["Fission", "apply_split", "defission", "recorded_split", "rescale_fission", "sub_graph"]
