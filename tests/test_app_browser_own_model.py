@@ -87,3 +87,33 @@ def test_the_device_picked_reaches_the_plan_cards(page):
     pick_dropdown(page, "device", "a100-80gb")
     page.wait_for_function("() => document.querySelector('#plan-cards').innerText.includes('fits on a100-80gb')")
     assert "rtx3090 profile (the frontier's: optimize to re-plan for a100-80gb)" in text(page, "#plan-cards")
+
+
+def test_optimize_on_an_uploaded_causal_lm_gives_points(page, server, tmp_path):
+    """The README's own example: ``examples/hf_causal_lm.py``'s Llama (its loss shifts the labels
+    inside the step) imported, uploaded and optimized from the page: MAGIS's points reach the
+    frontier, no failure message."""
+    from pathlib import Path
+
+    from app.specs import capture_spec
+    from core.ir import io
+
+    root = Path(__file__).resolve().parent.parent
+    f = tmp_path / "llama.json.gz"
+    io.save(capture_spec(f"{root}/examples/hf_causal_lm.py:build"), f)
+    page.locator("#upload input[type=file]").set_input_files(str(f))
+    page.wait_for_function("() => document.querySelector('#summary .card.model .card-value')"
+                           "?.innerText.includes('llama.json.gz')")
+    wait_cy_stable(page, "graph")
+    page.click("text=Pareto frontier")
+    pick_dropdown(page, "opt-budget", "^10 s$")
+    page.click("#opt-run")
+    page.wait_for_function("() => document.querySelector('#opt-status').innerText.startsWith('finished')",
+                           timeout=120_000)
+    assert "failed" not in text(page, "#opt-status")
+    page.wait_for_function("() => document.querySelector('#frontier-source').innerText.includes('optimized here')")
+    _url, app = server
+    gid = next(k for k in app.magis_state._labels if k.startswith("upload:") and "llama" in app.magis_state.label(k))
+    points = [p for p in app.magis_state.plans.frontier(gid).points if p.method == "magis"]
+    assert points and min(p.peak for p in points) < max(p.peak for p in app.magis_state.plans.frontier(gid).points)
+    shot(page, "app_optimize_causal_lm")
