@@ -12,9 +12,11 @@ built workloads and graphs.
 from __future__ import annotations
 
 import difflib
+import hashlib
 import functools
 import importlib.util
 import os
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -40,14 +42,24 @@ def load_factory(spec: str) -> Callable[[], Workload]:
     p = Path(path)
     if not p.exists():
         raise SpecError(f"no such file: {p}")
-    modspec = importlib.util.spec_from_file_location(p.stem, p)
+    # a module of its own in sys.modules, as ``import`` makes one (dataclasses, pickling and typing look
+    # a class's module up there), and the file's folder on the path while it runs (its own imports)
+    name = f"magis_model_{p.stem}_{hashlib.sha1(str(p.resolve()).encode()).hexdigest()[:8]}"
+    modspec = importlib.util.spec_from_file_location(name, p)
     if modspec is None or modspec.loader is None:
         raise SpecError(f"cannot load {p}")
     mod = importlib.util.module_from_spec(modspec)
+    sys.modules[name] = mod
+    folder = str(p.resolve().parent)
+    sys.path.insert(0, folder)
     try:
         modspec.loader.exec_module(mod)
     except Exception as e:  # the user's file: any error it raises is theirs to fix
+        sys.modules.pop(name, None)
         raise SpecError(f"cannot load {p}: {_one_line(e)}") from e
+    finally:
+        if folder in sys.path:
+            sys.path.remove(folder)
     if not hasattr(mod, fn):
         raise SpecError(f"{p} has no function {fn!r}")
     return getattr(mod, fn)

@@ -46,6 +46,7 @@ class MethodResult:
     seconds: float = 0.0
     extra: dict[str, Any] = field(default_factory=dict)  # magis: states, stopped, records, seconds_to_1pct, meta
     plans: list[Plan] = field(default_factory=list)  # the points as plans (for a plan file)
+    error: str = ""  # the method raised (a bug, not a refusal): its one line; ``failures`` has it too
 
 
 # ---- the headline numbers -----------------------------------------------------------------------------
@@ -152,7 +153,8 @@ def run_peer(method: str, g: Graph, cost, budget: float, eager: dict, *, model: 
         left = round(max(0.0, budget - (time.perf_counter() - t0)), 1)
         run = run_method(method, g, cost, time_budget=left, progress=say, model=built, **opts)
     except Exception as e:  # noqa: BLE001 -- a method's crash is this graph's failure row
-        out.failures.append(("all", f"{type(e).__name__}: {_first_line(e)}"))
+        out.error = f"{type(e).__name__}: {_first_line(e)}"
+        out.failures.append(("all", out.error))
         out.seconds = time.perf_counter() - t0
         return out
     out.points = [point_row(p.label, p.peak, p.latency, eager, small_stats(p.stats)) for p in run.plans]
@@ -193,7 +195,8 @@ def compare(g: Graph, *, name: str | None = None, device: str = "rtx3090", metho
             try:
                 r = run_magis(g, device, time_budget, eager)
             except Exception as e:  # noqa: BLE001 -- MAGIS's crash is its failure row; the others still run
-                r = MethodResult("magis", failures=[("all", f"{type(e).__name__}: {_first_line(e)}")],
+                why = f"{type(e).__name__}: {_first_line(e)}"
+                r = MethodResult("magis", failures=[("all", why)], error=why,
                                  extra={"records": [], "seconds_to_1pct": None, "states": 0, "eager_matches": None})
         else:
             r = run_peer(m, g, cost, peer_budget, eager, model=model, checkmate_time_limit=checkmate_time_limit,
