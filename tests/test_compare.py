@@ -136,3 +136,21 @@ def test_make_frontiers_can_rerun_some_peers_and_merge(tmp_path, monkeypatch):
     assert any(p.method == "microbatch" for p in after.points) and after.points[-1].method == "eager"
     with pytest.raises(SystemExit):
         frontiers.main(["fig2_skip", "--methods", "no_such_method"])
+
+
+def test_a_point_no_better_than_eager_is_a_failure_not_a_result(monkeypatch):
+    """A method's plan whose peak and latency are both at least eager's is never one of its points:
+    it is a failure row saying so (the method's other points stay)."""
+    from core.search import compare as cmp
+    from core.search.methods import MethodRun
+    from core.search.plan import Plan
+    from sample_graphs.store import load_sample_graph
+
+    g = load_sample_graph("fig6_ftree")
+    eager = {"peak": 1000, "latency": 1.0}
+    plans = [Plan("dtr", [], [], {"peak": 1200, "latency": 1.1}, "worse"),
+             Plan("dtr", [], [], {"peak": 800, "latency": 1.2}, "lower peak")]
+    monkeypatch.setattr(cmp, "run_method", lambda *a, **k: MethodRun("dtr", plans, []))
+    r = cmp.run_peer("dtr", g, None, 1.0, eager)
+    assert [p["label"] for p in r.points] == ["lower peak"] and r.plans == [plans[1]]
+    assert r.failures == [("worse", "no better than eager: peak 1.200x, latency 1.100x")]

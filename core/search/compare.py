@@ -157,11 +157,20 @@ def run_peer(method: str, g: Graph, cost, budget: float, eager: dict, *, model: 
         out.failures.append(("all", out.error))
         out.seconds = time.perf_counter() - t0
         return out
-    out.points = [point_row(p.label, p.peak, p.latency, eager, small_stats(p.stats)) for p in run.plans]
-    out.plans = list(run.plans)
+    kept = [p for p in run.plans if method == "eager" or not _worse_than_eager(p, eager)]
+    out.points = [point_row(p.label, p.peak, p.latency, eager, small_stats(p.stats)) for p in kept]
+    out.plans = kept
     out.failures = [(f.label, f.reason) for f in run.failures]
+    out.failures += [(p.label, f"no better than eager: peak {p.peak / eager['peak']:.3f}x, latency "
+                               f"{p.latency / eager['latency']:.3f}x") for p in run.plans
+                     if not any(p is q for q in kept)]
     out.seconds = time.perf_counter() - t0
     return out
+
+
+def _worse_than_eager(p: Plan, eager: dict) -> bool:
+    """A plan that holds at least eager's peak and takes at least its time: never a method's result."""
+    return p.peak >= eager["peak"] and p.latency >= eager["latency"]
 
 
 def _first_line(e: BaseException) -> str:
