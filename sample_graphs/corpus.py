@@ -5,7 +5,9 @@
 * the samples' small variants (``sample_graphs.NAMES``; the paper-size ones are for the benchmarks);
 * the zoo's families, tiny (``sample_graphs.zoo``), as factories of this file: ``sample_graphs/corpus.py:zoo_opt``;
 * the model files of ``examples/``;
-* the loss patterns of ``sample_graphs/losses.py``: targets computed inside the step.
+* the loss patterns of ``sample_graphs/losses.py``: targets computed inside the step;
+* families of ``transformers`` held out of the zoo (``sample_graphs/heldout.py``), tiny, trained by
+  their library's own loss.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from sample_graphs.losses import PATTERNS
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
-SOURCES = ("sample", "zoo", "example", "loss")
+SOURCES = ("sample", "zoo", "example", "loss", "heldout")
 
 
 @dataclass(frozen=True)
@@ -47,7 +49,7 @@ EXAMPLES = [("hf_causal_lm", "examples/hf_causal_lm.py:build"), ("hf_gpt2", "exa
 
 
 def entries(sources: tuple[str, ...] = SOURCES) -> list[Entry]:
-    """The corpus, in a fixed order (samples, zoo, examples, loss patterns)."""
+    """The corpus, in a fixed order (samples, zoo, examples, loss patterns, held-out families)."""
     out: list[Entry] = []
     if "sample" in sources:
         out += [Entry(n, n, "sample") for n in SAMPLE_NAMES if n.endswith("_tiny") or n.startswith("fig")]
@@ -57,6 +59,10 @@ def entries(sources: tuple[str, ...] = SOURCES) -> list[Entry]:
         out += [Entry(n, str(ROOT / s.split(":")[0]) + ":" + s.split(":")[1], "example") for n, s in EXAMPLES]
     if "loss" in sources:
         out += [Entry(f"loss_{n}", f"{HERE / 'losses.py'}:{n}", "loss") for n in PATTERNS]
+    if "heldout" in sources:
+        from sample_graphs.heldout import FACTORIES  # imports transformers
+
+        out += [Entry(f"hf_{n}", f"{HERE / 'heldout.py'}:{n}", "heldout") for n in FACTORIES]
     return out
 
 
