@@ -157,7 +157,7 @@ def run_peer(method: str, g: Graph, cost, budget: float, eager: dict, *, model: 
         out.failures.append(("all", out.error))
         out.seconds = time.perf_counter() - t0
         return out
-    kept = [p for p in run.plans if method == "eager" or not _worse_than_eager(p, eager)]
+    kept = [p for p in run.plans if method in REFERENCES or not _worse_than_eager(p, eager)]
     out.points = [point_row(p.label, p.peak, p.latency, eager, small_stats(p.stats)) for p in kept]
     out.plans = kept
     out.failures = [(f.label, f.reason) for f in run.failures]
@@ -166,6 +166,9 @@ def run_peer(method: str, g: Graph, cost, budget: float, eager: dict, *, model: 
                      if not any(p is q for q in kept)]
     out.seconds = time.perf_counter() - t0
     return out
+
+
+REFERENCES = ("eager", "ideal")  # reference points (PyTorch's own run, SwapAdvisor's unbounded memory), not plans
 
 
 def _worse_than_eager(p: Plan, eager: dict) -> bool:
