@@ -138,9 +138,9 @@ def test_make_frontiers_can_rerun_some_peers_and_merge(tmp_path, monkeypatch):
         frontiers.main(["fig2_skip", "--methods", "no_such_method"])
 
 
-def test_a_point_no_better_than_eager_is_a_failure_not_a_result(monkeypatch):
-    """A method's plan whose peak and latency are both at least eager's is never one of its points:
-    it is a failure row saying so (the method's other points stay)."""
+def test_a_point_no_better_than_eager_is_never_a_result(monkeypatch):
+    """A method's plan whose peak and latency are both at least eager's (and not both equal) is never
+    one of its points; a method left with none says so in one failure row."""
     from core.search import compare as cmp
     from core.search.methods import MethodRun
     from core.search.plan import Plan
@@ -153,4 +153,8 @@ def test_a_point_no_better_than_eager_is_a_failure_not_a_result(monkeypatch):
     monkeypatch.setattr(cmp, "run_method", lambda *a, **k: MethodRun("dtr", plans, []))
     r = cmp.run_peer("dtr", g, None, 1.0, eager)
     assert [p["label"] for p in r.points] == ["lower peak"] and r.plans == [plans[1]]
-    assert r.failures == [("worse", "no better than eager: peak 1.200x, latency 1.100x")]
+    assert r.failures == []
+    plans.pop()
+    r = cmp.run_peer("dtr", g, None, 1.0, eager)
+    assert r.points == [] and r.failures == [("all", "no plan better than eager in peak or latency (1 plans; "
+                                                     "the lowest peak 1.200x at latency 1.100x)")]

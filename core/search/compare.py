@@ -161,9 +161,11 @@ def run_peer(method: str, g: Graph, cost, budget: float, eager: dict, *, model: 
     out.points = [point_row(p.label, p.peak, p.latency, eager, small_stats(p.stats)) for p in kept]
     out.plans = kept
     out.failures = [(f.label, f.reason) for f in run.failures]
-    out.failures += [(p.label, f"no better than eager: peak {p.peak / eager['peak']:.3f}x, latency "
-                               f"{p.latency / eager['latency']:.3f}x") for p in run.plans
-                     if not any(p is q for q in kept)]
+    if run.plans and not kept:  # every plan dominated by eager: say so, once
+        best = min(run.plans, key=lambda p: (p.peak, p.latency))
+        out.failures.append(("all", f"no plan better than eager in peak or latency ({len(run.plans)} plans; the "
+                                    f"lowest peak {best.peak / eager['peak']:.3f}x at latency "
+                                    f"{best.latency / eager['latency']:.3f}x)"))
     out.seconds = time.perf_counter() - t0
     return out
 
@@ -172,8 +174,10 @@ REFERENCES = ("eager", "ideal")  # reference points (PyTorch's own run, SwapAdvi
 
 
 def _worse_than_eager(p: Plan, eager: dict) -> bool:
-    """A plan that holds at least eager's peak and takes at least its time: never a method's result."""
-    return p.peak >= eager["peak"] and p.latency >= eager["latency"]
+    """A plan that holds at least eager's peak and takes at least its time, and is not eager's own
+    point: dominated by eager, never one of a method's results."""
+    return p.peak >= eager["peak"] and p.latency >= eager["latency"] \
+        and (p.peak, p.latency) != (eager["peak"], eager["latency"])
 
 
 def _first_line(e: BaseException) -> str:
