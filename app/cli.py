@@ -136,7 +136,8 @@ def cmd_import(a: argparse.Namespace) -> dict[str, Any]:
     t0 = time.perf_counter()
     with Progress() as progress:
         progress(f"importing {a.spec} ({'forward pass' if a.forward else 'training step'})")
-        g = capture_spec(a.spec, training=not a.forward, sgd_lr=a.sgd, progress=progress, adam_lr=a.adam)
+        g = capture_spec(a.spec, training=not a.forward, sgd_lr=a.sgd, progress=progress, adam_lr=a.adam,
+                         fix_random_reads=a.fix_random_reads, max_nodes=a.max_nodes)
         progress(f"writing {a.output}")
         io.save(g, a.output)
         progress("summarising (traced order, analytic latency)")
@@ -363,14 +364,14 @@ def cmd_ftree(a: argparse.Namespace) -> dict[str, Any]:
     return res
 
 
-def _model_graph(spec: str):
+def _model_graph(spec: str, fix_random_reads: bool = False):
     """The imported graph of a model spec, the graph a plan of it was made for: a sample's committed
     graph, or a ``file.py:factory`` captured as ``magis import`` captures it (training step)."""
     if spec in sample_graphs.NAMES:
         return load_graph(spec)
     with Progress() as progress:
         progress(f"importing {spec} (training step, as `magis import` does) to replay the plan on")
-        return capture_spec(spec, progress=progress)
+        return capture_spec(spec, progress=progress, fix_random_reads=fix_random_reads)
 
 
 def cmd_verify(a: argparse.Namespace) -> dict[str, Any]:
@@ -384,7 +385,7 @@ def cmd_verify(a: argparse.Namespace) -> dict[str, Any]:
     if a.plan is not None:
         from core.search.plan import PlanError
 
-        base = graph if graph is not None else _model_graph(a.spec)
+        base = graph if graph is not None else _model_graph(a.spec, a.fix_random_reads)
         try:
             graph, plan, plan_device = _plan_graph(base, a.plan, a.point)
         except PlanError as e:
@@ -393,6 +394,8 @@ def cmd_verify(a: argparse.Namespace) -> dict[str, Any]:
             raise ValueError(f"{e}{hint}") from None
         kwargs = {"order": plan.order, "schedule": f"plan {plan.method}"}
     kwargs["cost"] = _cost(a, plan_device)
+    if a.fix_random_reads and graph is None:
+        kwargs["fix_random_reads"] = True  # a graph file says itself which draws it fixed
     res = verify_spec(a.spec, **({"schedule": a.schedule} | kwargs), seed=a.seed, graph=graph)
     if a.json:
         print(json.dumps(res, indent=1))
@@ -426,6 +429,12 @@ def verify_lines(res: dict[str, Any]) -> list[str]:
                      + ("" if res["allclose"] else " -- outside it"))
     else:
         lines.append("  outputs  none compared")
+    drawn = res.get("not_bit_comparable")
+    if drawn:  # a micro-batching plan whose dropout draws per part (``codegen.emit.per_part_draws``)
+        more = ", ..." if len(drawn["random_ops"]) > 3 else ""
+        lines.append(f"  random   {len(drawn['outputs'])} outputs not compared value by value: {drawn['why']} "
+                     f"({', '.join(t(o) for o in drawn['random_ops'][:3])}{more}); shape, dtype and finiteness "
+                     + ("as eager's" if not drawn["malformed"] else f"differ: {', '.join(map(t, drawn['malformed'][:3]))}"))
     ratio = res["peak_ratio"]
     lines.append(f"  peak     {format_bytes(res['measured_peak_bytes'])} measured (CPU run), "
                  f"{format_bytes(res['simulated_peak_bytes'])} simulated ({res['simulated_device']} profile): "
@@ -887,6 +896,14 @@ def build_parser() -> argparse.ArgumentParser:
                    help="append torch.optim.Adam's first update (learning rate LR, default betas and eps); "
                         "its two moments per weight are inputs and outputs of the graph, resident like the weights")
     s.add_argument("--device", default=DEFAULT_PROFILE, metavar="NAME", help=devices)
+    s.add_argument("--fix-random-reads", action="store_true",
+                   help="a random draw the model branches on in Python (layer drop: `torch.rand([]) < "
+                        "config.layerdrop`) is fixed at 1.0 -- no layer dropped -- instead of failing; "
+                        "the graph records which draws")
+    s.add_argument("--max-nodes", type=int, default=None, metavar="N",
+                   help="refuse, while tracing, a model file whose graph would have more than N nodes (default: "
+                        "the capture's bound, sized to the 32 MiB a graph file holds; a recurrent scan unrolled "
+                        "over every token passes it quickly)")
     s.add_argument("--json", action="store_true", help="print the summary as one JSON object")
     s.set_defaults(fn=cmd_import)
 
@@ -1032,6 +1049,10 @@ def build_parser() -> argparse.ArgumentParser:
                         "fresh capture")
     _plan_options(s, "verify a plan (from `magis optimize`) of the model's graph (a sample's graph, or a "
                      "model file's training step captured as `magis import` does; or --graph)")
+    s.add_argument("--fix-random-reads", action="store_true",
+                   help="a random draw the model branches on in Python (layer drop: `torch.rand([]) < "
+                        "config.layerdrop`) is fixed at 1.0 -- no layer dropped -- instead of failing; "
+                        "the eager run fixes the same draws (a --graph file records its own)")
     s.add_argument("--json", action="store_true", help="print the full report as JSON instead of the summary")
     s.set_defaults(fn=cmd_verify)
 

@@ -12,8 +12,8 @@ built workloads and graphs.
 from __future__ import annotations
 
 import difflib
-import hashlib
 import functools
+import hashlib
 import importlib.util
 import os
 import sys
@@ -131,10 +131,13 @@ def _one_line(e: BaseException) -> str:
 
 
 def capture_spec(spec: str, training: bool = True, sgd_lr: float | None = None,
-                 progress: Callable[[str], None] | None = None, adam_lr: float | None = None) -> Graph:
+                 progress: Callable[[str], None] | None = None, adam_lr: float | None = None,
+                 fix_random_reads: bool = False, max_nodes: int | None = None) -> Graph:
     """The graph of a model spec, captured under fake tensors (a sample records its name and
     description; a factory's workload is named after its ``name`` or the factory);
-    ``progress(message)`` hears each stage."""
+    ``progress(message)`` hears each stage; ``fix_random_reads``: capture with the random draws
+    the model branches on fixed (``core.frontend.idioms``); ``max_nodes``: the bound on a model
+    file's graph size (default ``torch_import.MAX_NODES``)."""
     if spec in sample_graphs.NAMES:
         from sample_graphs.capture import capture_sample
 
@@ -145,7 +148,8 @@ def capture_spec(spec: str, training: bool = True, sgd_lr: float | None = None,
     from core.frontend.workload import capture_workload
 
     return capture_workload(w, training=training, name=getattr(w, "name", spec.rpartition(":")[2]),
-                            sgd_lr=sgd_lr, progress=progress, adam_lr=adam_lr)
+                            sgd_lr=sgd_lr, progress=progress, adam_lr=adam_lr, fix_random_reads=fix_random_reads,
+                            **({} if max_nodes is None else {"max_nodes": max_nodes}))
 
 
 def verify_spec(spec: str, schedule: str = "traced", seed: int = 0, *, training: bool = True,

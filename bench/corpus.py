@@ -97,7 +97,7 @@ def _verify(spec: str, g, plan, device: str) -> tuple[bool, str]:
     return False, "; ".join(problems(res, exact_steps=False)) or "the script differs from eager PyTorch"
 
 
-def _plan_step(spec: str, budget: float) -> dict:
+def _plan_step(spec: str, budget: float, fix_random_reads: bool = False) -> dict:
     """``plan_step`` at 0.6 of the peak for ``STEPS`` SGD steps beside an eager copy: the losses equal."""
     import copy
     import warnings
@@ -105,6 +105,7 @@ def _plan_step(spec: str, budget: float) -> dict:
     import torch
 
     from app.specs import build_workload
+    from core.frontend.idioms import fixed_draws, sites_of
     from core.frontend.workload import workload_fns
     from core.train import plan_step
 
@@ -114,7 +115,7 @@ def _plan_step(spec: str, budget: float) -> dict:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         step = plan_step(model, loss_fn, tuple(w.inputs), memory_limit=0.6, time_budget=budget, progress=False,
-                         cache=False)
+                         cache=False, fix_random_reads=fix_random_reads)
         opt, ref_opt = (torch.optim.SGD(m.parameters(), lr=1e-3) for m in (model, reference))
         worst = 0.0
         for _ in range(STEPS):
@@ -123,7 +124,8 @@ def _plan_step(spec: str, budget: float) -> dict:
             torch.manual_seed(0)
             loss = step(*w.inputs)
             torch.manual_seed(0)
-            ref = loss_fn(reference, *w.inputs)
+            with fixed_draws(sites_of(step.first.graph.meta)):  # layer drop as the capture fixed it
+                ref = loss_fn(reference, *w.inputs)
             ref.backward()
             opt.step()
             ref_opt.step()
@@ -145,7 +147,7 @@ def run_entry(entry, time_budget: float, method_budget: float, methods: list[str
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
         try:
-            g = capture_spec(entry.spec)
+            g = capture_spec(entry.spec, fix_random_reads=entry.fix_random_reads)
             graph_file = tmp / "graph.json.gz"
             io.save(g, graph_file)
             cells["import"] = _cell(OK, f"{len(g.ops())} ops")
@@ -195,7 +197,7 @@ def run_entry(entry, time_budget: float, method_budget: float, methods: list[str
                 bad.append(f"{label}: {why}")
         cells["verify"] = _cell(FAILED, "; ".join(bad)[:600]) if bad else _cell(OK, f"{done} plans")
         try:
-            cells["plan_step"] = _plan_step(entry.spec, time_budget)
+            cells["plan_step"] = _plan_step(entry.spec, time_budget, entry.fix_random_reads)
         except Exception as e:  # noqa: BLE001
             cells["plan_step"] = _crash(e)
     row["seconds"] = round(time.perf_counter() - t0, 1)

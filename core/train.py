@@ -180,7 +180,7 @@ class PlanStep:
                  point: int | None = None, device: str | torch.device | None = None, profile: str | None = None,
                  time_budget: float = 10.0, cache: bool = True, cache_dir: str | Path | None = None,
                  on_new_shape: str = "plan", progress: Progress | bool | None = True,
-                 name: str | None = None) -> None:
+                 name: str | None = None, fix_random_reads: bool = False) -> None:
         if not isinstance(module, nn.Module):
             raise TypeError(f"plan_step needs a torch.nn.Module, not {type(module).__name__}")
         if not callable(loss_fn):
@@ -203,6 +203,7 @@ class PlanStep:
         self.cache_dir = plan_cache_dir(cache_dir)
         self.on_new_shape = on_new_shape
         self.name = name or type(module).__name__.lower()
+        self.fix_random_reads = fix_random_reads  # as ``magis import --fix-random-reads`` (layer drop)
         self._say = _progress(progress)
         self._plan_file = plan
         self._point = point
@@ -254,7 +255,7 @@ class PlanStep:
     # ---- planning -----------------------------------------------------------------------------
     def _capture(self, inputs: tuple) -> Graph:
         w = types.SimpleNamespace(module=self.module, inputs=inputs, loss_fn=self.loss_fn, name=self.name)
-        return capture_workload(w, training=True, name=self.name,
+        return capture_workload(w, training=True, name=self.name, fix_random_reads=self.fix_random_reads,
                                 progress=lambda m: self._say(f"capturing: {m}"))
 
     def _build(self, inputs: tuple, given: str | Path | PlanFile | None) -> CompiledPlan:
@@ -463,7 +464,9 @@ def plan_step(module: nn.Module, loss_fn: Callable[..., torch.Tensor], example_i
     module's).  Options: ``point`` (of a plan file), ``profile`` (the device profile of the cost
     model; default by ``device``), ``time_budget`` (seconds of search, default 10), ``cache`` /
     ``cache_dir``, ``on_new_shape`` ("plan", "eager" or "error"), ``progress`` (a callable taking
-    a message, True for one updating line on stderr, False for none), ``name``.
+    a message, True for one updating line on stderr, False for none), ``name``, ``fix_random_reads``
+    (a random draw the model branches on in Python -- layer drop -- is fixed so that no layer is
+    dropped, as ``magis import --fix-random-reads``; the plan then always runs every layer).
 
     Raises ``ImportErrorMAGIS`` (the importer's one line) for a model that cannot be captured,
     ``TypeError`` for a non-module, ``ValueError`` for a bad limit, ``PlanError`` for a bad plan file.

@@ -31,6 +31,7 @@ class Entry:
     name: str
     spec: str
     source: str  # one of SOURCES
+    fix_random_reads: bool = False  # imported as `magis import --fix-random-reads` (layer drop)
 
 
 def _zoo_factory(name: str):
@@ -60,9 +61,9 @@ def entries(sources: tuple[str, ...] = SOURCES) -> list[Entry]:
     if "loss" in sources:
         out += [Entry(f"loss_{n}", f"{HERE / 'losses.py'}:{n}", "loss") for n in PATTERNS]
     if "heldout" in sources:
-        from sample_graphs.heldout import FACTORIES  # imports transformers
+        from sample_graphs.heldout import FACTORIES, FIXED_DRAWS  # imports transformers
 
-        out += [Entry(f"hf_{n}", f"{HERE / 'heldout.py'}:{n}", "heldout") for n in FACTORIES]
+        out += [Entry(f"hf_{n}", f"{HERE / 'heldout.py'}:{n}", "heldout", n in FIXED_DRAWS) for n in FACTORIES]
     return out
 
 

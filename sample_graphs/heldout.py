@@ -119,6 +119,32 @@ def segformer() -> Sample:
                   "SegFormer, 2 stages, drop path 0.1", False)
 
 
-FACTORIES = {f.__name__: f for f in (gpt2_untied, llama_tied, bloom, mpt, mamba, bart, whisper, segformer)}
+def _ctc_from_logits(module: nn.Module, audio: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    """transformers' CTC loss written for padded labels (its own ``labels=`` path reads ``labels.max()``
+    and selects by a mask: shapes that depend on values, which a capture cannot follow)."""
+    log_probs = module(audio).logits.log_softmax(-1).transpose(0, 1)
+    lengths = torch.full((labels.shape[0],), log_probs.shape[0], dtype=torch.long)
+    return nn.functional.ctc_loss(log_probs, labels.clamp_min(0), lengths, (labels >= 0).sum(-1),
+                                  reduction="sum", zero_infinity=True) / labels.shape[0]
 
-__all__ = ["FACTORIES", *FACTORIES]
+
+def wav2vec2_ctc() -> Sample:
+    """wav2vec2 with a CTC head, layer drop (0.1) and dropouts as configured by default: it imports
+    with ``--fix-random-reads`` (no layer dropped), or names ``layerdrop`` in one line without it."""
+    torch.manual_seed(0)
+    config = transformers.Wav2Vec2Config(vocab_size=12, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                                         intermediate_size=64, conv_dim=(16, 16), conv_stride=(5, 2),
+                                         conv_kernel=(10, 3), num_conv_pos_embeddings=8,
+                                         num_conv_pos_embedding_groups=2, mask_time_prob=0.0)
+    labels = torch.randint(1, 12, (BATCH, 6))
+    labels[1, 4:] = labels[3, 2:] = -100
+    return Sample("wav2vec2_ctc", transformers.Wav2Vec2ForCTC(config).train(), (torch.randn(BATCH, 800), labels),
+                  _ctc_from_logits, lambda m, x, *_: m(x).logits, torch.float32,
+                  "wav2vec2 + CTC, layer drop 0.1 (fixed: no layer dropped)", False)
+
+
+FACTORIES = {f.__name__: f for f in (gpt2_untied, llama_tied, bloom, mpt, mamba, bart, whisper, segformer,
+                                     wav2vec2_ctc)}
+FIXED_DRAWS = {"wav2vec2_ctc"}  # imported with --fix-random-reads (layer drop)
+
+__all__ = ["FACTORIES", "FIXED_DRAWS", *FACTORIES]

@@ -7,7 +7,7 @@ is what the optimizer's rules must cope with: labels shifted for next-token pred
 with ``ignore_index`` (``transformers``' causal-LM loss), label smoothing, sum and mean reductions,
 masked-LM labels, a contrastive loss over two towers (its logits mix the batch), per-pixel
 segmentation with an ignored class, and a detection-style sum of box regression and classification
-normalised by the number of positives.
+normalised by the number of positives, and CTC on padded labels.
 """
 
 from __future__ import annotations
@@ -220,7 +220,35 @@ def detection() -> Sample:
                   "sigmoid classification + smooth-L1 on positives, / number of positives", False)
 
 
+class TinyAcoustic(nn.Module):
+    """Frames -> a GELU MLP -> per-frame character logits (an acoustic model's head)."""
+
+    def __init__(self, dim: int = 16, chars: int = 12) -> None:
+        super().__init__()
+        self.body = nn.Sequential(nn.Linear(dim, 2 * DIM), nn.GELU(), nn.Linear(2 * DIM, chars))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.body(x)
+
+
+def _ctc(module: nn.Module, frames: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    log_probs = module(frames).log_softmax(-1).transpose(0, 1)  # [T, B, C]
+    frame_lengths = torch.full((frames.shape[0],), frames.shape[1], dtype=torch.long)
+    label_lengths = (labels >= 0).sum(-1)  # labels padded with -100, as the collators pad them
+    return F.ctc_loss(log_probs, labels.clamp_min(0), frame_lengths, label_lengths, reduction="sum") / frames.shape[0]
+
+
+def ctc() -> Sample:
+    """CTC loss on padded 2-D labels (-100 past each label's length), lengths computed in the step."""
+    torch.manual_seed(0)
+    labels = torch.randint(1, 12, (BATCH, 10))
+    for b, n in enumerate([10, 7, 9, 4, 10, 6, 8, 5]):
+        labels[b, n:] = IGNORE
+    return Sample("ctc", TinyAcoustic().train(), (torch.randn(BATCH, 48, 16), labels), _ctc,
+                  lambda m, x, *_: m(x), torch.float32, "CTC loss, padded labels, lengths from the labels", False)
+
+
 PATTERNS = {f.__name__: f for f in (shifted_labels, hf_causal, pad_masked, label_smoothing, sum_reduction, masked_lm,
-                                     pseudo_labels, contrastive, segmentation, detection)}
+                                     pseudo_labels, contrastive, segmentation, detection, ctc)}
 
 __all__ = ["PATTERNS", *PATTERNS]

@@ -168,16 +168,21 @@ def test_batch_norm_is_a_reason_not_an_exception():
 
 @pytest.mark.parametrize("name", ["bert_tiny", "unet_tiny"])
 def test_every_baseline_point_replays(name):
+    """Every point replays with its stored simulation; a micro-batching point no better than eager
+    in either peak or latency is a failure that says so (BERT tiny: its weights' gradients, summed
+    over the parts, outweigh the activations a part saves)."""
     g = load_sample_graph(name)
     cost = AnalyticCost("rtx3090")
     eager = METHODS["eager"].plans(g, cost)[0]
     for m in ("microbatch", "offload", "microbatch_ckpt", "offload_ckpt"):
         run = run_method(m, g, cost)
-        assert run.plans and not run.failures, (m, run.failures)
+        assert run.plans or m.startswith("microbatch"), (m, run.failures)
+        assert all(f.reason.startswith("no better than PyTorch eager") for f in run.failures), (m, run.failures)
         for p in run.plans:
             _check(g, p, cost)
-    mb = run_method("microbatch", g, cost).plans
-    assert [p.label for p in mb] == ["k=2"]  # the tiny samples have a batch of 2
+            assert p.peak < eager.peak or p.latency < eager.latency
+    mb = run_method("microbatch", g, cost)
+    assert [p.label for p in mb.plans] + [f.label for f in mb.failures] == ["k=2"]  # the tiny samples have a batch of 2
     off = run_method("offload", g, cost).plans
     assert min(p.peak for p in off) < eager.peak
 
@@ -200,8 +205,11 @@ def test_every_baseline_plan_verifies_on_the_tiny_workloads(name):
     """Each point's exported script, run on real inputs, gives eager PyTorch's loss and gradients
     (``codegen.verify``) with the simulated peak measured.  Micro-batching sums the parts' gradients
     in another order, so it is checked in float64 (``workload_cases.Case``); offloading keeps every
-    operation and is checked in float32.  The same for each combined with checkpointing."""
+    operation and is checked in float32.  The same for each combined with checkpointing.  A
+    micro-batching point no better than eager (BERT tiny's) is not reported; its split is verified
+    all the same."""
     from core.codegen.verify import problems, verify_graph
+    from core.search.peers.microbatch import batch_split, split_application
     from tests.workload_cases import Case
 
     cost = AnalyticCost("rtx3090")
@@ -209,9 +217,14 @@ def test_every_baseline_plan_verifies_on_the_tiny_workloads(name):
                           ("offload_ckpt", None)):
         case = Case(name, dtype)
         run = run_method(method, case.g, cost)
-        assert run.plans and not run.failures, (method, run.failures)
-        for p in run.plans:
-            h = _check(case.g, p, cost)
-            res = verify_graph(h, p.order, case.tensors, case.ref, schedule=f"{method}_{p.label}", details=True)
-            assert problems(res) == [], (method, p.label, problems(res))
+        assert run.plans or method.startswith("microbatch"), (method, run.failures)
+        assert all(f.reason.startswith("no better than PyTorch eager") for f in run.failures), (method, run.failures)
+        plans = [(p.label, _check(case.g, p, cost), p.order) for p in run.plans]
+        if method == "microbatch" and not plans:
+            split, _ = batch_split(case.g, microbatching=True)
+            h = replay(case.g, [split_application(split, 2)])
+            plans.append(("k=2 (not reported)", h, METHODS["eager"].plans(h, cost)[0].order))
+        for label, h, order in plans:
+            res = verify_graph(h, order, case.tensors, case.ref, schedule=f"{method}_{label}", details=True)
+            assert problems(res) == [], (method, label, problems(res))
             assert res["compared"] > 1

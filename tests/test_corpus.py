@@ -60,8 +60,12 @@ def test_the_whole_corpus_runs_without_a_failed_cell(tmp_path):
     assert not failed and not crashed, (failed, crashed)
     assert proc.returncode == 0
     assert {r["model"] for r in res["rows"]} == {e.name for e in entries()}
-    # gradient accumulation is the baseline users reach for first: it gives points on every LM
-    lms = [r for r in res["rows"] if r["source"] in ("example",) or r["model"] in
+    # gradient accumulation is the baseline users reach for first: its split is valid on every LM
+    # (a point, or -- at the corpus's tiny sizes, where weights and gradients are most of the peak --
+    # every point dominated by eager, which compare never reports as a result)
+    lms = [r for r in res["rows"] if r["source"] == "example" or r["model"] in
            {f"zoo_{n}" for n in ("opt", "gpt_neox", "falcon", "phi", "phi3", "gemma", "gemma2", "mixtral", "qwen2_moe")}]
-    assert all(r["methods"]["microbatch"]["status"] == "ok" for r in lms), \
-        [(r["model"], r["methods"]["microbatch"]) for r in lms if r["methods"]["microbatch"]["status"] != "ok"]
+    refused = [(r["model"], c["detail"]) for r in lms for m, c in r["methods"].items()
+               if m in ("microbatch", "microbatch_ckpt") and c["status"] != "ok"
+               and not all(why.startswith(("no better than", "no plan better than")) for why in c["detail"].split("; "))]
+    assert not refused, refused

@@ -43,16 +43,22 @@ Key = tuple[int, int, int]  # (node id, output index, dim >= 0 | -reduce axis)
 class DGraph:
     """The D-Graph of ``g`` as a union-find over its D-nodes, plus each op's dim links."""
 
-    def __init__(self, g: Graph, nodes: Iterable[int] | None = None) -> None:
+    def __init__(self, g: Graph, nodes: Iterable[int] | None = None, routing: bool = False) -> None:
         """The D-Graph of all of ``g``, or of the links of ``nodes`` alone (a sub-graph S: what
-        ``plan_split`` needs, in time proportional to S)."""
+        ``plan_split`` needs, in time proportional to S).  ``routing``: with the row-routing links
+        of micro-batching (``ir.ops_routing``; ``plan_split(routing=True)`` checks them)."""
         self.g = g
         self.parent: dict[Key, Key] = {}
         self.links: dict[int, list[ops.DimLink]] = {}
         self.unknown: set[int] = set()  # ops without dim links (they block fission)
+        self.routing = routing
+        if routing:
+            from . import routing as rt
+
+            found = rt.positional(g)
         for n in (g.nodes.values() if nodes is None else (g.nodes[v] for v in nodes)):
             if n.kind == NodeKind.OP:
-                links = ops.dim_links(ops.ctx(n, g.tensor))
+                links = rt.links(g, n, found) if routing else ops.dim_links(ops.ctx(n, g.tensor))
             elif n.kind in (NodeKind.STORE, NodeKind.LOAD):
                 links = [ops.DimLink(0, d, 0, d) for d, s in enumerate(n.outputs[0].shape) if s > 1]
             elif n.kind == NodeKind.FISSION and n.fission is not None:
@@ -128,6 +134,9 @@ class Split:
     # mean nll loss -> the ops of S that compute its target (label shifting, -100 padding), in order:
     # run again at full size before the parts, they give the total weight of the whole split dim
     target_ops: dict[int, list[int]] = field(default_factory=dict)
+    # planned with micro-batching's options (``plan_split``'s random_per_part and routing): applied by
+    # ``transform.microbatch.MicroBatchFission``, not by the exact ``Fission``
+    micro_batch: bool = False
 
     def divisors(self) -> list[int]:
         """The fission numbers n > 1 that divide the split dim."""
@@ -138,6 +147,8 @@ class SplitError(RuleNotApplicable):
     """An F-Trans that breaks one of the constraints (the message says which)."""
 
 
+SIZE_FROM_ARGS = ("aten.new_zeros.default", "aten.new_ones.default", "aten.new_empty.default",
+                  "aten.new_full.default")  # their output's size is an argument (rescaled), not their input's
 VALUE_FREE = ("aten.ones_like.default", "aten.zeros_like.default", "aten.empty_like.default",
               "aten.full_like.default", "aten.new_ones.default", "aten.new_zeros.default",
               "aten.new_empty.default", "aten.new_full.default")  # values independent of the input's
@@ -198,6 +209,18 @@ def _broadcasts_along(g: Graph, n, d: int) -> bool:
     return d < off or (src[d - off] == 1 and out[d] != 1)
 
 
+def _zeros(g: Graph, r: TRef) -> bool:
+    """``r`` is a fresh tensor of zeros (``new_zeros``, ``zeros_like``, ``zeros``, a ``full`` of 0): a
+    bias that adds nothing, however many parts add it."""
+    n = g.nodes[r.node]
+    if n.kind != NodeKind.OP or n.outputs[r.index].alias is not None:
+        return False
+    if n.op in ("aten.new_zeros.default", "aten.zeros_like.default", "aten.zeros.default"):
+        return True
+    fill = {"aten.full.default": 1, "aten.new_full.default": 2, "aten.full_like.default": 1}.get(n.op)
+    return fill is not None and len(n.args) > fill and n.args[fill] == 0
+
+
 def value_free(g: Graph, v: int) -> bool:
     """An op whose output depends only on its input's shape (F-Trans rebuilds it input-free)."""
     n = g.nodes[v]
@@ -247,11 +270,18 @@ def topological(g: Graph, s: set[int]) -> list[int]:
 
 
 def plan_split(g: Graph, dg: DGraph, nodes: Iterable[int], comp: Key,
-               rank: Mapping[int, int] | None = None, order: list[int] | None = None) -> Split:
+               rank: Mapping[int, int] | None = None, order: list[int] | None = None, *,
+               random_per_part: bool = False, routing: bool = False) -> Split:
     """The split of S = ``nodes`` along component ``comp`` (SplitError naming the broken rule);
     ``rank``: a topological index of ``g``'s nodes, when the caller has one (a faster check);
     ``order``: the order in which one part runs S (a topological order of G[S]; default
-    :func:`topological`)."""
+    :func:`topological`).
+
+    Two options of micro-batching (gradient accumulation, ``search.peers.microbatch``), never of
+    MAGIS's F-Trans: ``random_per_part`` lets random ops into S, each part drawing its own numbers
+    at part size (as each micro-batch of a training loop does: the plan computes another draw than
+    the imported graph); ``routing`` checks the row-routing links of ``dg`` (``DGraph(routing=True)``,
+    ``analysis.routing``): a mixture of experts routes each part's tokens by itself."""
     s = set(nodes)
     if not s:
         raise SplitError("the sub-graph is empty")
@@ -277,8 +307,11 @@ def plan_split(g: Graph, dg: DGraph, nodes: Iterable[int], comp: Key,
             raise SplitError(f"{n.name!r} is a {n.kind.value} node, not a compute op")
         if v in dg.unknown:
             raise SplitError(f"{n.name!r} ({n.op}) has no dim links in the ops registry")
-        if ops.node_draws_random(n):
+        if ops.node_draws_random(n) and not random_per_part:
             raise SplitError(f"{n.name!r} draws random numbers")
+        if n.kind == NodeKind.OP and not n.inputs() and not routing:
+            raise SplitError(f"{n.name!r} ({n.op}) makes its values from nothing: a part would make the first "
+                             f"part's values")
         mine = dg.keys(v, comp)
         for j in range(len(n.outputs)):
             ks = [k for k in mine if k[1] == j]
@@ -321,6 +354,7 @@ def plan_split(g: Graph, dg: DGraph, nodes: Iterable[int], comp: Key,
                     if g.nodes[tw.node].op not in ops.MEAN_LOSSES:
                         raise SplitError(f"{n.name!r}: its total weight is computed inside the sub-graph")
                     tw_from[v] = tw.node
+    partial_reads: list[tuple[int, int]] = []  # routing: checked by ``routing.check``
     for v in order:
         n = g.nodes[v]
         links = dg.links[v]
@@ -329,7 +363,11 @@ def plan_split(g: Graph, dg: DGraph, nodes: Iterable[int], comp: Key,
                 dr = out_dims[r]
                 if v in tw_from and r == TRef(tw_from[v], 1):
                     continue  # the full total weight replaces it (computed before the parts)
-                if dr < 0:
+                if n.op in SIZE_FROM_ARGS:
+                    continue  # new_zeros & co. read their input's dtype and device, not its shape
+                if dr < 0 and routing:
+                    partial_reads.append((v, i))
+                elif dr < 0:
                     raise SplitError(f"{n.name!r} reads a partial sum of {g.nodes[r.node].name!r} inside "
                                      f"the sub-graph")
                 if not any(lk.input == i and lk.in_dim == dr and lk.out_dim == out_dims[TRef(v, lk.output)]
@@ -366,9 +404,13 @@ def plan_split(g: Graph, dg: DGraph, nodes: Iterable[int], comp: Key,
                                  f"{g.nodes[r.node].name!r} along dim {d} is strided")
     for v in order:  # a bias shared by the parts of a summed output would be added n times
         bias = ops.added_once(g.nodes[v])
-        if bias is not None and bias.node not in s and in_dims.get(bias) is None \
+        if bias is not None and bias.node not in s and in_dims.get(bias) is None and not _zeros(g, bias) \
                 and any(out_dims[r] < 0 for r in g.nodes[v].refs()):
             raise SplitError(f"{g.nodes[v].name!r}: its bias would be added once per part of a summed output")
+    if routing:
+        from .routing import check
+
+        length = math.gcd(length, check(g, order, s, out_dims, in_dims, dg.links, partial_reads))
     for r, d in out_dims.items():
         if d >= 0:
             length = math.gcd(length, g.tensor(r).shape[d])

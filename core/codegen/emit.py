@@ -366,12 +366,61 @@ def _doc(text: str) -> str:
     return terminal_safe(" ".join(text.split()).replace("\\", "/").replace('"', "'"))
 
 
+def _random_note(meta: Mapping[str, Any]) -> str:
+    """The header's paragraph on random ops drawn per micro-batch (empty where there are none)."""
+    if "random" not in meta:
+        return ""
+    import textwrap
+
+    outs, drawn = meta["random_outputs"], meta["random_ops"]
+    text = (f"Random ops draw per micro-batch ({_doc(', '.join(drawn[:4]))}{', ...' if len(drawn) > 4 else ''}): "
+            f"each part draws its own numbers, as gradient accumulation does, so {len(outs)} "
+            f"output{'s' if len(outs) != 1 else ''} ({_doc(', '.join(outs[:3]))}{', ...' if len(outs) > 3 else ''}) "
+            f"are not eager PyTorch's values for the same seed: compare them by distribution, not value by value.")
+    return "\n\n" + textwrap.fill(text, 100)
+
+
 def _literal(obj: Any, indent: str = "    ") -> str:
     """A dict literal with one entry per line (deterministic, Python syntax)."""
     if not obj:
         return "{}"
     rows = [f"{indent}{k!r}: {v!r}," for k, v in obj.items()]
     return "{\n" + "\n".join(rows) + "\n}"
+
+
+RANDOM_PER_PART = ops.RANDOM_PER_PART
+
+
+def per_part_draws(g: Graph) -> dict[str, list[str]]:
+    """The graph outputs computed from random numbers that a fission node draws per part (the
+    random ops of its sub-graph, which only micro-batching splits: ``transform.microbatch``), each
+    with those random ops.  Gradient accumulation draws each micro-batch's numbers at its own size,
+    so these outputs are not eager PyTorch's single draw: the exported script says so, and
+    ``codegen.verify`` does not compare them value by value."""
+    drawing: dict[int, set[str]] = {}
+    for n in g.nodes.values():
+        if n.kind == NodeKind.FISSION and n.fission is not None:
+            found = _draws_in(n.fission.graph)
+            if found:
+                drawing[n.id] = found
+    if not drawing:
+        return {}
+    dep: dict[int, set[str]] = {}
+    for v in g.topo_order():
+        got = set(drawing.get(v, ()))
+        for p in g.preds(v):
+            got |= dep.get(p, set())
+        if got:
+            dep[v] = got
+    return {k: sorted(dep[r.node]) for k, r in g.outputs.items() if r.node in dep}
+
+
+def _draws_in(sub: Graph) -> set[str]:
+    found = {n.name for n in sub.nodes.values() if n.kind == NodeKind.OP and ops.node_draws_random(n)}
+    for n in sub.nodes.values():
+        if n.kind == NodeKind.FISSION and n.fission is not None:
+            found |= _draws_in(n.fission.graph)
+    return found
 
 
 def generate_source(g: Graph, order: Sequence[int], schedule_name: str = "custom", cost: Any = None,
@@ -404,6 +453,11 @@ def generate_source(g: Graph, order: Sequence[int], schedule_name: str = "custom
         "simulated_latency_seconds": float(sim.latency),
         "simulated_device": device_name,
     }
+    drawn = per_part_draws(g)
+    if drawn:  # not eager's values: each part draws its own random numbers
+        meta["random"] = RANDOM_PER_PART
+        meta["random_outputs"] = sorted(drawn)
+        meta["random_ops"] = sorted({o for v in drawn.values() for o in v})
     kinds: dict[str, int] = {}
     for nid in order:
         k = {"op": "aten"}.get(g[nid].kind.value, g[nid].kind.value)
@@ -422,7 +476,7 @@ weights), latency {meta["simulated_latency_seconds"] * 1e3:.3f} ms.
 Run:     python this_file.py [--device cuda|cpu] [--inputs tensors.pt] [--repeat N]
          (prints JSON: measured peak bytes and seconds next to the simulator's prediction)
 Import:  run(tensors, device) -> dict of outputs; tensors: {{{_doc(names_text)}}}
-Needs only torch.
+Needs only torch.{_random_note(meta)}
 """
 
 from __future__ import annotations

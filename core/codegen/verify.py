@@ -26,12 +26,13 @@ import torch
 from torch import nn
 
 from ..cost.model import AnalyticCost, CostModel
+from ..frontend.idioms import fixed_draws, sites_of
 from ..frontend.torch_import import ImportErrorMAGIS, capture
 from ..frontend.workload import Workload, build_fake, capture_workload, workload_fns
 from ..ir.graph import Graph, NodeKind, TRef
 from ..schedule.random_topo import random_topological_order
 from ..simulate import simulate
-from .emit import generate_source, is_constant
+from .emit import RANDOM_PER_PART, generate_source, is_constant, per_part_draws
 from .release import ADAM_STATE, input_key
 
 # Tolerances per dtype, as torch.testing.assert_close defines them (rtol, atol); integers and bools
@@ -128,7 +129,16 @@ def eager_outputs(g: Graph, module: nn.Module, inputs: Sequence[torch.Tensor],
                   loss_fn: Callable[..., torch.Tensor] | None,
                   forward_fn: Callable[..., Any] | None) -> dict[str, torch.Tensor]:
     """The reference values of the graph's outputs from an eager PyTorch run (with autograd for a
-    training graph: ``loss_fn`` then ``backward``).  Mutates buffers (batch-norm statistics)."""
+    training graph: ``loss_fn`` then ``backward``).  Mutates buffers (batch-norm statistics).
+    A graph captured with random draws fixed (``meta["fixed_random_reads"]``, layer drop) is
+    compared with the eager step in which the same draws take the same value."""
+    with fixed_draws(sites_of(g.meta)):
+        return _eager_outputs(g, module, inputs, loss_fn, forward_fn)
+
+
+def _eager_outputs(g: Graph, module: nn.Module, inputs: Sequence[torch.Tensor],
+                   loss_fn: Callable[..., torch.Tensor] | None,
+                   forward_fn: Callable[..., Any] | None) -> dict[str, torch.Tensor]:
     ref: dict[str, torch.Tensor] = {}
     training = g.meta.get("mode", "train") == "train"
     if training:
@@ -311,7 +321,8 @@ def verify_graph(g: Graph, order: Sequence[int], tensors: dict[str, torch.Tensor
     tracker = mem.pop("_tracker", None)
 
     keys = list(g.outputs)
-    per = compare(got, ref, keys, rtol, atol)
+    drawn = per_part_draws(g)  # random numbers drawn per micro-batch: not eager's values
+    per = compare(got, ref, [k for k in keys if k not in drawn], rtol, atol)
     prof = sim.memory
     measured, simulated = int(mem["measured_peak_bytes"]), int(prof.peak)
     ratio = measured / simulated if simulated else float("nan")
@@ -331,6 +342,8 @@ def verify_graph(g: Graph, order: Sequence[int], tensors: dict[str, torch.Tensor
         "allclose": all(v["allclose"] for v in per.values()),
         "compared": len(per), "missing_reference": sorted(set(keys) - set(ref)), "what": compared_what(per),
     }
+    if drawn:
+        res["not_bit_comparable"] = _drawn_outputs(got, ref, drawn)
     if per:
         worst_abs = max(per, key=lambda k: per[k]["max_abs"])
         worst_rel = max(per, key=lambda k: per[k]["max_rel"])
@@ -352,10 +365,27 @@ def verify_graph(g: Graph, order: Sequence[int], tensors: dict[str, torch.Tensor
     peak_ok = abs(ratio - 1.0) <= peak_tol
     if audit or (audit is None and not peak_ok):
         res["audit"] = audit_ops(g, order, tensors)
-    res["ok"] = bool(res["allclose"] and peak_ok)
+    res["ok"] = bool(res["allclose"] and peak_ok and not (drawn and res["not_bit_comparable"]["malformed"]))
     if details:
         res["per_tensor"] = per
     return res
+
+
+def _drawn_outputs(got: dict[str, torch.Tensor], ref: dict[str, torch.Tensor],
+                   drawn: dict[str, list[str]]) -> dict[str, Any]:
+    """What verification says of the outputs a plan computes from random numbers drawn per
+    micro-batch (``emit.per_part_draws``): not compared value by value with eager's single draw --
+    only that each has eager's shape and dtype, and is finite where eager's is."""
+    malformed = []
+    for k in sorted(drawn):
+        a, b = got.get(k), ref.get(k)
+        if a is None or b is None:
+            continue
+        if a.shape != b.shape or a.dtype != b.dtype or (
+                a.is_floating_point() and bool((~torch.isfinite(a) & torch.isfinite(b)).any())):
+            malformed.append(k)
+    return {"why": RANDOM_PER_PART, "outputs": sorted(drawn),
+            "random_ops": sorted({o for v in drawn.values() for o in v}), "malformed": malformed}
 
 
 def compared_what(keys) -> str:
@@ -379,8 +409,12 @@ def problems(res: dict[str, Any], exact_steps: bool = True) -> list[str]:
     if not res["allclose"]:
         bad = [k for k, v in per.items() if not v["allclose"]] if per else [res.get("worst_rel_tensor")]
         out.append(f"outputs differ (rtol={res['rtol']}, atol={res['atol']}): {bad[:5]}")
-    if not res["compared"]:
+    if not res["compared"] and not res.get("not_bit_comparable"):
         out.append("no output compared")
+    drawn = res.get("not_bit_comparable")
+    if drawn and drawn["malformed"]:
+        out.append(f"outputs drawn per micro-batch are not like eager's (shape, dtype or finiteness): "
+                   f"{drawn['malformed'][:5]}")
     if res["missing_reference"]:
         out.append(f"no eager reference for {res['missing_reference'][:5]}")
     if not res["ok"] and res["allclose"]:
@@ -407,19 +441,20 @@ def _safe(s: str, limit: int = 60) -> str:
 
 
 def capture_real(w: Workload, *, name: str | None = None, training: bool = True,
-                 rebuild: Callable[[], Workload] | None = None) -> Graph:
+                 rebuild: Callable[[], Workload] | None = None, fix_random_reads: bool = False) -> Graph:
     """Capture ``w`` on its real tensors.  If tracing real tensors fails and ``rebuild`` is given,
     capture what ``rebuild()`` returns when built on fake tensors (``build_fake``) instead -- an identical
-    build (the builders are deterministic) whose tensors are fake."""
+    build (the builders are deterministic) whose tensors are fake.  ``fix_random_reads``: as
+    ``capture``'s (the random draws the model branches on fixed)."""
     try:
-        return capture_workload(w, training=training, name=name)
+        return capture_workload(w, training=training, name=name, fix_random_reads=fix_random_reads)
     except ImportErrorMAGIS:
         if rebuild is None:
             raise
         fake = build_fake(rebuild)
         loss_fn, forward_fn = workload_fns(w)
         g = capture(fake.module, tuple(fake.inputs), loss_fn, forward_fn, training=training,
-                    name=name or getattr(w, "name", None) or "model")
+                    name=name or getattr(w, "name", None) or "model", fix_random_reads=fix_random_reads)
         g.meta["captured_under"] = "FakeTensorMode (second build)"
         return g
 
@@ -448,15 +483,16 @@ def check_graph_matches(g: Graph, module: nn.Module, inputs: Sequence[torch.Tens
 def verify_workload(w: Workload, schedule: str = "traced", seed: int = 0, *, name: str | None = None,
                     training: bool = True, rebuild: Callable[[], Workload] | None = None,
                     rtol: float | None = RTOL, atol: float | None = ATOL, details: bool = False,
-                    graph: Graph | None = None, **kwargs: Any) -> dict[str, Any]:
+                    graph: Graph | None = None, fix_random_reads: bool = False, **kwargs: Any) -> dict[str, Any]:
     """:func:`verify_module` on an already-built workload (the model really runs, on the CPU):
-    captured by :func:`capture_real` (``rebuild``: its fallback) unless ``graph`` gives its graph
-    (a graph file of this model, e.g. a transformed one); the result records the dtype the model
-    computes in."""
+    captured by :func:`capture_real` (``rebuild``: its fallback; ``fix_random_reads``: as
+    ``capture``'s) unless ``graph`` gives its graph (a graph file of this model, e.g. a transformed
+    one); the result records the dtype the model computes in."""
     if graph is not None:
         check_graph_matches(graph, w.module, tuple(w.inputs))
         graph.lint()
-    g = graph if graph is not None else capture_real(w, name=name, training=training, rebuild=rebuild)
+    g = graph if graph is not None else capture_real(w, name=name, training=training, rebuild=rebuild,
+                                                     fix_random_reads=fix_random_reads)
     loss_fn, forward_fn = workload_fns(w)
     res = verify_module(w.module, tuple(w.inputs), loss_fn, forward_fn=forward_fn, training=training,
                         name=g.name, schedule=schedule, graph=g, seed=seed, rtol=rtol, atol=atol,

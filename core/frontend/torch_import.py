@@ -20,6 +20,7 @@ import math
 import os
 import time
 import traceback
+import warnings
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -28,6 +29,8 @@ from torch import nn
 
 from ..ir import ops
 from ..ir.graph import Graph, GraphError, Node, NodeKind, TensorKind, TensorMeta, TorchConst, TRef
+from .fake_kernels import capture_kernels, clear_dynamic_op, last_dynamic_op
+from .idioms import FIXED_DRAW, CaptureIdioms, Origin, RandomRead, Site, is_model_file, random_read, show_path
 
 
 class ImportErrorMAGIS(GraphError):
@@ -170,7 +173,84 @@ class _TrainStep(nn.Module):
                 yield n, p
 
     def forward(self, *inputs: torch.Tensor) -> tuple[torch.Tensor]:
-        return (self._loss_fn(self.model, *inputs),)
+        loss = self._loss_fn(self.model, *inputs)
+        if self.traced_forward is not None:
+            self.traced_forward()
+        return (loss,)
+
+    traced_forward: Callable[[], None] | None = None  # called when the loss is computed (_SizeWatch)
+
+
+# The most nodes a capture makes.  A graph file holds 32 MiB of JSON (``ir.schema.Limits``), about 230
+# bytes a node (measured: a Mamba-130m training step, b8 x 128 tokens, 106,624 nodes, 24.7 MB), so
+# some 145k nodes; and tracing slows as the graph grows (1.7 ms a node at 18k nodes, 5 ms at 107k: that
+# Mamba takes 9 minutes).  A graph past the bound is refused while it is traced, not after.
+MAX_NODES = 100_000
+# Nodes of the training step per node of its forward (loss included), measured at the end of the
+# traced forward: 1.6 (ResNet) to 2.35 (Mamba) over nine models; the estimate uses the high end.
+JOINT_PER_FORWARD = 2.35
+PROGRESS_NODES = 10_000  # a progress message every this many traced nodes
+
+
+class GraphTooLarge(ImportErrorMAGIS):
+    """The capture would make more than ``max_nodes`` nodes (an unrolled loop: a recurrent scan over
+    every token, many layers)."""
+
+
+class _SizeWatch:
+    """Watches the graph AOTAutograd's tracer is building (the nodes of its proxy mode's fx graph),
+    read every ``CaptureIdioms.WATCH_EVERY`` torch calls of the model's Python and when the traced
+    forward returns: says its size every :data:`PROGRESS_NODES` nodes, and raises
+    :class:`GraphTooLarge` as soon as the step is sure to pass ``max_nodes`` -- during the forward
+    when even the smallest ratio of step to forward nodes (1.5) passes it, at the forward's end from
+    the estimate (:data:`JOINT_PER_FORWARD`).  The backward runs in autograd's engine, which calls
+    no Python of the model: the forward decides (for Mamba-130m at b8 x 128 tokens, after a quarter
+    of the time the whole capture takes)."""
+
+    def __init__(self, max_nodes: int | None, training: bool, say: Progress) -> None:
+        self.max_nodes, self.training, self.say = max_nodes, training, say
+        self.forward_nodes: int | None = None
+        self.reported = 0
+
+    @staticmethod
+    def _nodes() -> int | None:
+        from torch.fx.experimental.proxy_tensor import get_proxy_mode
+
+        mode = get_proxy_mode()
+        tracer = getattr(mode, "tracer", None)
+        graph = getattr(tracer, "graph", None)
+        return len(graph.nodes) if graph is not None else None
+
+    def forward_done(self) -> None:
+        n = self._nodes()
+        if n is not None and self.training:
+            self.forward_nodes = n
+            est = math.ceil(n * JOINT_PER_FORWARD)
+            self.say(f"traced the forward and loss: {n:,} nodes; the training step will have about {est:,}")
+            self._check(est, f"about {est:,} nodes ({n:,} in the forward and loss)")
+
+    def __call__(self) -> None:
+        n = self._nodes()
+        if n is None:
+            return
+        if n >= self.reported + PROGRESS_NODES:
+            self.reported = n - n % PROGRESS_NODES
+            phase = "the backward" if self.forward_nodes is not None or not self.training else "the forward"
+            self.say(f"tracing {phase}: {n:,} nodes so far")
+        if self.training and self.forward_nodes is None:
+            low = math.ceil(n * 1.5)
+            self._check(low, f"more than {low:,} nodes ({n:,} in the forward alone, which is not done)")
+        else:
+            self._check(n, f"more than {n:,} nodes")
+
+    def _check(self, nodes: int, what: str) -> None:
+        if self.max_nodes is not None and nodes > self.max_nodes:
+            step = "training step" if self.training else "forward pass"
+            raise GraphTooLarge(
+                f"could not capture the model: the {step} unrolls into {what}, past the bound of "
+                f"{self.max_nodes:,} (--max-nodes); hint: a Python loop over tokens (a recurrent scan) or "
+                f"layers makes ops per step: capture fewer tokens or layers (the graph grows with each), "
+                f"or raise --max-nodes")
 
 
 class _Forward(nn.Module):
@@ -205,6 +285,8 @@ def capture(
     sgd_lr: float | None = None,
     progress: Progress | None = None,
     adam_lr: float | None = None,
+    fix_random_reads: bool = False,
+    max_nodes: int | None = MAX_NODES,
 ) -> Graph:
     """Capture ``model`` on example ``inputs`` as a Graph.
 
@@ -219,7 +301,14 @@ def capture(
     tensors have none: e.g. a library checking whether an attention mask has padding), it is
     traced again in torch.export's tracing state, where libraries take the paths written for
     export (:func:`export_tracing_state`); ``meta["traced_as"]`` records which state it took.
-    A model that still needs a value raises :class:`ImportErrorMAGIS` naming what and where.
+    A model that still needs a value raises :class:`ImportErrorMAGIS` naming what and where; when
+    the value is a random draw the model branches on (layer drop), the message names the draw and
+    the probability (config field) it is compared with.  ``fix_random_reads=True`` captures such a
+    model with each draw that is read fixed at ``idioms.FIXED_DRAW`` (no layer dropped), recorded
+    in ``meta["fixed_random_reads"]`` (:mod:`core.frontend.idioms`).
+
+    ``max_nodes``: a capture that would make more nodes raises :class:`GraphTooLarge` while it
+    traces (None: no bound); ``progress`` hears the count every :data:`PROGRESS_NODES` nodes.
     """
     if training and loss_fn is None:
         raise ImportErrorMAGIS("a training graph needs a loss function")
@@ -232,8 +321,9 @@ def capture(
     say(f"tracing {what} with AOTAutograd on fake tensors")
     logs: list[str] = []
     try:
-        with held_torch_logs(logs):
-            gm, sig, traced_as = _trace_until_done(wrapper, inputs, training, say)
+        with held_torch_logs(logs), capture_kernels():
+            gm, sig, traced_as, fixed = _trace_until_done(wrapper, inputs, training, say, fix_random_reads,
+                                                          _SizeWatch(max_nodes, training, say))
     except ImportErrorMAGIS as e:
         e.detail = "\n".join(logs)
         raise
@@ -255,40 +345,98 @@ def capture(
     )
     if traced_as != "eager":
         g.meta["traced_as"] = traced_as
+    if fixed:
+        g.meta["fixed_random_reads"] = fixed
     say(f"checking the graph ({len(g)} nodes)")
     g.validate()
     return g
 
 
 def _trace_until_done(wrapper: nn.Module, inputs: tuple[torch.Tensor, ...], training: bool,
-                      say: Progress) -> tuple[Any, Any, str]:
+                      say: Progress, fix_random_reads: bool = False,
+                      watch: _SizeWatch | None = None) -> tuple[Any, Any, str, dict[str, Any]]:
     """Trace eagerly, then in torch.export's tracing state if a value is needed, then without
-    unused parameters (see :func:`capture`); (graph module, signature, the state it took)."""
+    unused parameters, then (``fix_random_reads``) with each random draw the model reads fixed (see
+    :func:`capture`); (graph module, signature, the state it took, what was fixed: the graph's
+    ``meta["fixed_random_reads"]``, empty when nothing was)."""
     traced_as = "eager"
+    fixing: dict[Site, RandomRead] = {}
+    record_nodes = False  # where the autograd nodes were made: for an error raised in the backward
     while True:
         def state(how: str = traced_as) -> contextlib.AbstractContextManager:  # fresh per use: single-use CMs
             return export_tracing_state() if how == "export" else contextlib.nullcontext()
 
+        idioms = CaptureIdioms(frozenset(fixing), record_nodes=record_nodes, watch=watch)
+        if isinstance(wrapper, _TrainStep):
+            wrapper.traced_forward = watch.forward_done if watch is not None else None
+        if watch is not None:
+            watch.forward_nodes, watch.reported = None, 0
+        clear_dynamic_op()
         try:
-            with state():
+            with state(), idioms, warnings.catch_warnings():
+                # autograd's anomaly mode (on while AOTAutograd traces) warns before a backward op's
+                # error with an empty forward traceback: the error's one line says more
+                warnings.filterwarnings("ignore", message=r"Error detected in \w+Backward")
                 gm, sig = _trace(wrapper, inputs, training)
             break
+        except GraphTooLarge:
+            raise
         except Exception as e:  # torch raises many exception types while tracing
-            if isinstance(e, DATA_DEPENDENT) and traced_as == "eager":
-                say(f"it needs a tensor value ({_where(e, short=True)}); tracing again in "
-                    f"torch.export's tracing state")
+            rr = random_read(e, idioms.draws) if isinstance(e, DATA_DEPENDENT) else None
+            record_nodes = record_nodes or (isinstance(e, DATA_DEPENDENT) and not _frames(e))
+            if rr is not None and fix_random_reads and rr.draw not in fixing:
+                say(f"it branches on a random draw ({rr.draw}); fixing that draw at {FIXED_DRAW} "
+                    f"(no layer dropped) and tracing again")
+                fixing[rr.draw] = rr
+            elif isinstance(e, DATA_DEPENDENT) and traced_as == "eager":  # a random read too: a library
+                # may skip layer drop while compiling
+                noted = last_dynamic_op()
+                at = (_where(e, short=True) if _frames(e) or noted is None or noted["seq_nr"] is None
+                      else f"{noted['op']} in the backward pass")
+                say(f"it needs a tensor value ({at}); tracing again in torch.export's tracing state")
                 traced_as = "export"
             elif (isinstance(wrapper, _TrainStep) and not wrapper.unused
                   and "did not receive a gradient" in str(e)):
-                with state():
+                wrapper.traced_forward = None  # a forward-only trace: no step estimate from it
+                with state(), CaptureIdioms(frozenset(fixing)):
                     wrapper.unused = _unused_parameters(wrapper, inputs)
                 if not wrapper.unused:
                     raise ImportErrorMAGIS(describe_capture_error(e)) from e
                 say(f"the loss does not read {', '.join(sorted(_strip(n) for n in wrapper.unused))} "
                     f"(no gradient); tracing again without them")
             else:
-                raise ImportErrorMAGIS(describe_capture_error(e)) from e
-    return gm, sig, traced_as
+                raise ImportErrorMAGIS(describe_capture_error(e, rr, _backward_origin(idioms))) from e
+        finally:
+            idioms.close()
+            if isinstance(wrapper, _TrainStep):
+                wrapper.traced_forward = None
+    return gm, sig, traced_as, _fixed_record(fixing)
+
+
+def _backward_origin(idioms: CaptureIdioms) -> Origin | None:
+    """Where the forward call was made whose backward asked for a value-dependent shape (the
+    last such op of the trace, ``fake_kernels.last_dynamic_op``), when the trace recorded it."""
+    noted = last_dynamic_op()
+    if noted is None or noted["seq_nr"] is None or not idioms.nodes:
+        return None
+    return idioms.nodes.get(noted["seq_nr"])
+
+
+def _fixed_record(fixing: dict[Site, RandomRead]) -> dict[str, Any]:
+    """``meta["fixed_random_reads"]``: the value every fixed draw took, what that means, and per
+    draw site its code, where it is read and the probability it is compared with."""
+    if not fixing:
+        return {}
+    draws = []
+    for site, rr in sorted(fixing.items(), key=lambda kv: (kv[0].file, kv[0].line)):
+        d: dict[str, Any] = {"site": str(site), "code": rr.draw_code, "read_at": str(rr.read)}
+        if rr.field is not None:
+            d.update({"field": rr.field.name, "field_value": rr.field.value, "owner": rr.field.owner})
+        draws.append(d)
+    return {"value": FIXED_DRAW,
+            "effect": f"each draw returns {FIXED_DRAW}, the top of torch.rand's range: every `draw < p` is "
+                      f"False -- no layer dropped, as in eval mode",
+            "draws": draws}
 
 
 def _trace(wrapper: nn.Module, inputs: tuple[torch.Tensor, ...], training: bool) -> tuple[Any, Any]:
@@ -332,21 +480,11 @@ def _data_dependent_errors() -> tuple[type[BaseException], ...]:
 
 DATA_DEPENDENT = _data_dependent_errors()
 
-_TORCH_DIR = os.path.dirname(torch.__file__) + os.sep
-_CORE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
-_STDLIB_DIR = os.path.dirname(contextlib.__file__) + os.sep
-
-
 def _frames(e: BaseException) -> list[traceback.FrameSummary]:
     """The frames ``e`` went through, outermost first, without torch's, this package's and the
-    standard library's own frames (what is left is the model's code and the libraries it uses)."""
-    out = []
-    for fs in traceback.extract_tb(e.__traceback__):
-        f = os.path.abspath(fs.filename)
-        if f.startswith((_TORCH_DIR, _CORE_DIR)) or (f.startswith(_STDLIB_DIR) and "-packages" not in f):
-            continue
-        out.append(fs)
-    return out
+    standard library's own frames (what is left is the model's code and the libraries it uses:
+    ``idioms.is_model_file``)."""
+    return [fs for fs in traceback.extract_tb(e.__traceback__) if is_model_file(fs.filename)]
 
 
 def _is_library(fs: traceback.FrameSummary) -> bool:
@@ -354,15 +492,7 @@ def _is_library(fs: traceback.FrameSummary) -> bool:
 
 
 def _show_path(fs: traceback.FrameSummary) -> str:
-    f = fs.filename
-    for marker in ("site-packages", "dist-packages"):
-        if f"{os.sep}{marker}{os.sep}" in f:
-            return f.split(f"{os.sep}{marker}{os.sep}", 1)[1]
-    try:
-        rel = os.path.relpath(f)
-    except ValueError:
-        return f
-    return f if rel.startswith("..") else rel
+    return show_path(fs.filename)
 
 
 def _where(e: BaseException, short: bool = False) -> str:
@@ -385,9 +515,15 @@ def _where(e: BaseException, short: bool = False) -> str:
     return text
 
 
-def describe_capture_error(e: BaseException) -> str:
+def describe_capture_error(e: BaseException, random: RandomRead | None = None,
+                           backward_of: Origin | None = None) -> str:
     """One line for a failed capture: what went wrong, where (the innermost frame of the model's
-    code or its library, and the user's own line that led there) and a hint."""
+    code or its library, and the user's own line that led there) and a hint.  ``random``: the
+    value read is a random draw (``idioms.random_read``): the line names the draw and the
+    probability (config field) to set to 0, or ``--fix-random-reads``.  ``backward_of``: where
+    the forward call was made when ``e`` was raised by its backward (a traceback without a line
+    of the model), and the probability that turns that code off (SpecAugment's
+    ``config.mask_time_prob``)."""
     from torch._subclasses.fake_tensor import (
         DataDependentOutputException,
         DynamicOutputShapeException,
@@ -396,7 +532,11 @@ def describe_capture_error(e: BaseException) -> str:
     from torch.fx.experimental.symbolic_shapes import GuardOnDataDependentSymNode
 
     first = str(e).strip().splitlines()[0] if str(e).strip() else ""
-    if isinstance(e, (DataDependentOutputException, GuardOnDataDependentSymNode)):
+    if random is not None:
+        what = f"the model branches on a random draw (layer drop, line {random.draw.line})"
+        hint = (f"set {random.describe()} to 0, or import with --fix-random-reads (each such draw fixed at "
+                f"{FIXED_DRAW}: no layer dropped)")
+    elif isinstance(e, (DataDependentOutputException, GuardOnDataDependentSymNode)):
         what = "the model reads a tensor's value in Python (a branch, .item(), .tolist(), bool())"
         hint = ("capture runs on fake tensors that have shapes but no values; compute it with tensor "
                 "ops (torch.where, masking) or pass it as a Python number")
@@ -404,13 +544,21 @@ def describe_capture_error(e: BaseException) -> str:
         what = f"{first or 'an op'} returns a shape that depends on tensor values"
         hint = ("nonzero, unique, masked_select and boolean-mask indexing have no fixed output shape; "
                 "use torch.where or a fixed-size mask")
+        if "_ctc_loss" in first:  # the one form of CTC loss whose shapes the capture cannot bound
+            hint = ("CTC loss with concatenated 1-D targets and tensor lengths: pass padded 2-D targets "
+                    "[batch, longest target] (as transformers' collators pad them), or the lengths as Python ints")
     elif isinstance(e, UnsupportedOperatorException):
         what = f"{first or 'an op'} has no fake-tensor (meta) implementation"
         hint = "use an equivalent standard PyTorch op, or register a meta kernel for the custom op"
     else:
         what = f"{type(e).__name__}: {first}" if first else type(e).__name__
         hint = "the model must run under torch.export-style tracing with fixed example input shapes"
-    return f"could not capture the model: {what}, at {_where(e)}; hint: {hint}"
+    where = f"at {_where(e)}"
+    if backward_of is not None and not _frames(e):
+        where = f"in the backward of {backward_of.where}"
+        if backward_of.field is not None:  # the setting that turns that code off says more than the generic hint
+            hint = f"set {backward_of.field.describe()} to 0 to capture without that code"
+    return f"could not capture the model: {what}, {where}; hint: {hint}"
 
 
 def _tied_parameters(model: nn.Module) -> dict[str, str]:
@@ -669,4 +817,4 @@ def append_adam(g: Graph, lr: float, betas: tuple[float, float] = ADAM_BETAS, ep
         g.outputs["adam_v:" + pname] = v
 
 
-__all__ = ["append_adam", "capture", "ImportErrorMAGIS", "Node"]
+__all__ = ["append_adam", "capture", "GraphTooLarge", "ImportErrorMAGIS", "MAX_NODES", "Node"]

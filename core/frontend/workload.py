@@ -24,6 +24,7 @@ from torch import nn
 from ..ir.graph import Graph
 from .torch_import import (
     DATA_DEPENDENT,
+    MAX_NODES,
     ImportErrorMAGIS,
     Progress,
     capture,
@@ -52,10 +53,13 @@ def workload_fns(w: Workload) -> tuple[Callable[..., torch.Tensor] | None, Calla
 
 def capture_workload(w: Workload, training: bool = True, name: str | None = None,
                      sgd_lr: float | None = None, progress: Progress | None = None,
-                     adam_lr: float | None = None) -> Graph:
+                     adam_lr: float | None = None, fix_random_reads: bool = False,
+                     max_nodes: int | None = MAX_NODES) -> Graph:
     """:func:`~core.frontend.torch_import.capture` of ``w``'s module on its inputs (fake tensors
     when ``w`` was built under ``FakeTensorMode``); the graph is named ``name``, else ``w.name``,
-    else "model"; ``progress(message)`` hears each stage of the capture."""
+    else "model"; ``progress(message)`` hears each stage of the capture; ``fix_random_reads``:
+    random draws the model branches on are fixed (layer drop off, recorded in the graph's meta);
+    ``max_nodes``: the bound on the graph's size (``GraphTooLarge`` while tracing; None: none)."""
     module, inputs = getattr(w, "module", None), getattr(w, "inputs", None)
     if not isinstance(module, nn.Module):
         raise ImportErrorMAGIS(f"the workload's module is {type(module).__name__}, not a torch.nn.Module")
@@ -64,7 +68,7 @@ def capture_workload(w: Workload, training: bool = True, name: str | None = None
     loss_fn, forward_fn = workload_fns(w)
     return capture(w.module, tuple(w.inputs), loss_fn, forward_fn, training=training,
                    name=name or getattr(w, "name", None) or "model", sgd_lr=sgd_lr, progress=progress,
-                   adam_lr=adam_lr)
+                   adam_lr=adam_lr, fix_random_reads=fix_random_reads, max_nodes=max_nodes)
 
 
 def build_fake(make: Callable[[], W]) -> W:

@@ -22,7 +22,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-from . import ops_modern
+from . import ops_ctc, ops_modern, ops_routing
 from .graph import Node, TensorMeta, TRef
 from .op_base import (  # noqa: F401  (the registry's vocabulary, used as ops.DimLink & co.)
     _ARGNAMES,
@@ -340,7 +340,15 @@ def _nll_bwd_links(c: OpCtx) -> list[DimLink]:
 
 
 def _like_links(c: OpCtx) -> list[DimLink]:
-    return _identity(c)
+    """``zeros_like(x)``, ``new_zeros(x, size)`` & co.: the output's dims are x's where it has x's
+    shape (a ``new_*`` of another size links nothing: its size is an argument)."""
+    return _identity(c) if all(o.shape == c.ins[0].shape for o in c.outs) else []
+
+
+def _copy_links(c: OpCtx) -> list[DimLink]:
+    """``copy(self, src)``: src broadcast into a tensor laid out like self (self's values unread):
+    self's dims and src's (where it is not broadcast) split the output alike."""
+    return _identity(c) + broadcast_links(c, 0, [1])
 
 
 # ---- the table ---------------------------------------------------------------------------------
@@ -366,8 +374,8 @@ register([A + "split.Tensor", A + "split_with_sizes.default", A + "chunk.default
 register([A + "unbind.int"], "view", _zero, _unbind)
 register([A + "alias.default", A + "detach.default", A + "lift_fresh_copy.default"], "view", _zero,
          _identity)
-register([A + "clone.default", A + "contiguous.default", A + "_to_copy.default", A + "copy.default"],
-         "copy", _zero, _identity)
+register([A + "clone.default", A + "contiguous.default", A + "_to_copy.default"], "copy", _zero, _identity)
+register([A + "copy.default"], "copy", _zero, _copy_links)
 register([A + "cat.default"], "copy", _zero, _cat)
 register([A + "ones_like.default", A + "zeros_like.default", A + "full_like.default",
           A + "empty_like.default", A + "new_zeros.default", A + "new_ones.default",
@@ -548,6 +556,22 @@ def dim_links(c: OpCtx) -> list[DimLink] | None:
         links = d.dim_links(c)
     except (IndexError, TypeError, ValueError, KeyError):
         return None
+    return [lk for lk in links if lk.input < len(c.ins) and lk.in_dim < len(c.ins[lk.input].shape)
+            and lk.output < len(c.outs) and lk.out_dim < len(c.outs[lk.output].shape)]
+
+
+def routed_links(c: OpCtx, positional: frozenset[int] = frozenset()) -> list[DimLink] | None:
+    """The D-Graph edges of this op for micro-batching: ``dim_links`` where the op does not route
+    rows, else the row-routing links of ``ops_routing`` (``positional``: the indices in ``c.ins`` of
+    inputs that may hold row positions, ``analysis.routing.positional``)."""
+    exact = dim_links(c)
+    fn = ops_routing.ROUTED.get(c.node.op)
+    if exact is None or fn is None:
+        return exact
+    try:
+        links = fn(c, positional, exact)
+    except (IndexError, TypeError, ValueError, KeyError):
+        return exact
     return [lk for lk in links if lk.input < len(c.ins) and lk.in_dim < len(c.ins[lk.input].shape)
             and lk.output < len(c.outs) and lk.out_dim < len(c.outs[lk.output].shape)]
 
@@ -776,6 +800,11 @@ def draws_random(op: str) -> bool:
 CONTIGUOUS_INPUTS = frozenset({A + "native_group_norm.default", A + "native_group_norm_backward.default"})
 
 
+# What a plan records where random ops of a fission draw per part (micro-batching's gradient
+# accumulation: ``transform.microbatch``): its outputs are not eager's single draw.
+RANDOM_PER_PART = "random ops draw per micro-batch"
+
+
 def node_draws_random(node: Node) -> bool:
     """Whether running ``node`` again, or in parts, changes its values: a random op, or an op whose
     randomness is an argument (attention with ``dropout_p > 0``).  Fission and recomputation
@@ -788,3 +817,7 @@ for _names, _cat, _flops, _links in ops_modern.ENTRIES:
 _RESCALE.update(ops_modern.RESCALE)
 _SIZE_ARG.update(ops_modern.SIZE_ARG)
 _ADDED_ONCE.update(ops_modern.ADDED_ONCE)
+
+# ---- CTC loss (its own table: core/ir/ops_ctc.py) ---------------------------------------------------
+for _names, _cat, _flops, _links in ops_ctc.ENTRIES:
+    register(_names, _cat, _flops, _links)

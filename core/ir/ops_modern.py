@@ -299,9 +299,13 @@ def _index_links(c: OpCtx) -> list[DimLink]:
 
 
 def _index_put_links(c: OpCtx) -> list[DimLink]:
-    """``_unsafe_index_put(self, indices, values, accumulate)``: out = self with values written (or
-    added) at the indices.  Dims of self that are not indexed split out and values alike; with
-    ``accumulate`` the index dims of values are a sum (each part adds its rows; self added once)."""
+    """``index_put(self, indices, values, accumulate)`` and ``_unsafe_index_put``: out = self with
+    values written (or added) at the indices; values broadcast (from the right) to the shape of
+    ``self[indices]``.  A dim of self that is not indexed splits self and out alike, and values
+    where it has that dim (where values broadcasts along it, every part reads it whole).  With
+    ``accumulate`` the index dims are a sum over the index rows: each part adds its rows of values
+    at its indices (self is added once, ``ADDED_ONCE``); without it a part's rows could overwrite
+    another part's, so they do not split."""
     lay = _index_layout(c, 1)
     if lay is None:
         return []
@@ -309,16 +313,23 @@ def _index_put_links(c: OpCtx) -> list[DimLink]:
     vi = c.in_index(2)
     if vi is None:
         return []
-    out_rank = len(c.outs[0].shape)
+    x, vals = c.ins[0].shape, c.ins[vi].shape
+    indexed = [d for d in range(len(x)) if d < len(idx) and idx[d] is not None]
+    r = len(bshape)
+    res_rank = len(x) - len(indexed) + r  # the rank of self[indices]
+    off = res_rank - len(vals)  # values' dims sit at the right of self[indices]'s
     links: list[DimLink] = []
-    # values has the shape of self[indices]: its dims map to self's dims like an index's output
-    vals = c.ins[vi].shape
     for src, d, od in _index_links_for(c, 1, 0, 10 ** 6):
-        if src == 0 and od < len(vals) and vals[od] == c.ins[0].shape[d]:
-            links += [DimLink(0, d, 0, d), DimLink(vi, od, 0, d)]
-    accumulate = bool(c.arg(3, False))
-    if accumulate and adjacent:
-        r = len(bshape)
+        if src != 0:
+            continue
+        links.append(DimLink(0, d, 0, d))
+        vd = od - off
+        if vd >= 0 and vals[vd] == x[d]:
+            links.append(DimLink(vi, vd, 0, d))
+        elif vd >= 0 and vals[vd] != 1:
+            return []  # not the shape of self[indices]
+    if bool(c.arg(3, False)):
+        start = first if adjacent else 0
         for i in idx:
             if i is None:
                 continue
@@ -326,14 +337,19 @@ def _index_put_links(c: OpCtx) -> list[DimLink]:
             for e in range(len(s)):
                 be = e + r - len(s)
                 if s[e] == bshape[be] and s[e] > 1:
-                    links += [DimLink(i, e, 0, -(be + 1)), DimLink(vi, first + be, 0, -(be + 1))]
-    return [lk for lk in links if lk.out_dim < out_rank]
+                    links.append(DimLink(i, e, 0, -(be + 1)))
+        for be in range(r):
+            vd = start + be - off
+            if bshape[be] > 1 and vd >= 0 and vals[vd] == bshape[be]:
+                links.append(DimLink(vi, vd, 0, -(be + 1)))
+    return links
 
 
 register([A + "_unsafe_index.Tensor", A + "index.Tensor"], "index", _out_numel, _index_links)
-register([A + "_unsafe_index_put.default"], "index", _times(2, lambda c: float(c.ins[-1].numel) if c.ins else 0.0),
-         _index_put_links)
+register([A + "_unsafe_index_put.default", A + "index_put.default"], "index",
+         _times(2, lambda c: float(c.ins[-1].numel) if c.ins else 0.0), _index_put_links)
 ADDED_ONCE[A + "_unsafe_index_put.default"] = 0
+ADDED_ONCE[A + "index_put.default"] = 0
 
 
 def _batch_channel_links(c: OpCtx) -> list[DimLink]:
@@ -413,10 +429,189 @@ register([A + "as_strided.default"], "view", _zero, _as_strided_links)
 register_rescale(A + "as_strided.default", _as_strided_rescale)
 
 
-# ---- random ops: elementwise, never split (ops.node_draws_random) --------------------------------
+# ---- random ops: elementwise; split only where a part may draw its own numbers ------------------
+# (``ops.node_draws_random``: MAGIS's fission refuses them, micro-batching draws per part)
 register([A + "bernoulli.p", A + "bernoulli.default", A + "bernoulli.Tensor"], "elementwise",
          _times(2, _out_numel), _pointwise)
 register([A + "native_dropout_backward.default"], "elementwise", _out_numel, _pointwise)
+register([A + "rand_like.default", A + "randn_like.default"], "creation", _out_numel,
+         lambda c: [DimLink(0, d, 0, d) for d in range(len(c.ins[0].shape)) if c.ins[0].shape[d] > 1])
+register([A + "rand.default", A + "randn.default"], "creation", _out_numel, lambda c: [])
+
+
+# ---- repeat, as_strided_scatter, softplus_backward ----------------------------------------------
+def _repeat_links(c: OpCtx) -> list[DimLink]:
+    """``repeat(x, repeats)``: the output tiles x ``repeats[d]`` times along d (new leading dims
+    first); a dim repeated once is x's own and splits, a tiled one does not (a part of the tiling
+    is no tiling of a part)."""
+    x = c.ins[0].shape
+    reps = list(c.arg(1))
+    off = len(reps) - len(x)
+    return [DimLink(0, d, 0, d + off) for d in range(len(x)) if reps[d + off] == 1 and x[d] > 1]
+
+
+def _as_strided_scatter_links(c: OpCtx) -> list[DimLink]:
+    """``as_strided_scatter(self, src, size, stride, offset)`` in its view pattern (the backward of an
+    ``as_strided`` that is a reshape, ``_as_strided_links``): the strided view covers all of a fresh
+    self with the contiguous strides of ``size``, so the output is src reshaped to self's shape; the
+    outermost dims of self and src link (a part writes its own contiguous block)."""
+    x, src = c.ins[0], c.ins[1]
+    size, stride = list(c.arg(2)), list(c.arg(3))
+    offset = c.kw("storage_offset", 4, None)
+    if x.alias is not None or offset not in (None, 0) or tuple(size) != tuple(src.shape) \
+            or math.prod(size) != x.numel or [s for s, n in zip(stride, size, strict=True) if n > 1] != \
+            [s for s, n in zip(_contiguous_strides(size), size, strict=True) if n > 1]:
+        return []
+    pairs = reshape_links(tuple(x.shape), tuple(size))[:1]
+    return [lk for a, b in pairs for lk in (DimLink(0, a, 0, a), DimLink(1, b, 0, a))]
+
+
+def _as_strided_scatter_rescale(node: Node, full_ins, part_outs, in_split, args, kwargs):
+    """A part's view: src's part shape (its split dim shrunk as much as the output) with its
+    contiguous strides."""
+    part = list(full_ins[1].shape)
+    d = in_split[1] if len(in_split) > 1 else None
+    if d is not None and d >= 0:
+        part[d] = part[d] * part_outs[0].numel // full_ins[0].numel
+    args[2] = part
+    args[3] = _contiguous_strides(part)
+    if len(args) > 4:
+        args[4] = None  # the part's own offset (a slice of self starts further in its storage)
+    kwargs.pop("storage_offset", None)
+    return args, kwargs
+
+
+register([A + "repeat.default"], "copy", _zero, _repeat_links)
+register([A + "as_strided_scatter.default"], "copy", _zero, _as_strided_scatter_links)
+register_rescale(A + "as_strided_scatter.default", _as_strided_scatter_rescale)
+register([A + "softplus_backward.default"], "elementwise", _times(4, _out_numel), _pointwise)
+
+
+# ---- routing (mixture of experts): topk, sort, histc, scatter, floor_divide, grouped matmul -------
+def _along_links(c: OpCtx, pos: int) -> list[DimLink]:
+    """An op that works along one dim of its input (``topk``, ``sort``; the dim at argument
+    ``pos`` or keyword ``dim``, default the last): every other dim is independent and splits all
+    its outputs.  The dim it works along does not (a part's top k or order is not a part of the
+    whole's); ``ops_routing`` says when micro-batching may still split it."""
+    x = c.ins[0].shape
+    d = norm_dim(c.kw("dim", pos, -1), len(x)) if x else 0
+    return [DimLink(0, k, j, k) for j in range(len(c.outs)) for k in range(len(x)) if k != d and x[k] > 1]
+
+
+def _histc_links(c: OpCtx) -> list[DimLink]:
+    """``histc(x, bins, min, max)``: counts over every element, so each dim of x is a sum (the
+    histogram of a concatenation is the sum of the parts' histograms) -- with a fixed range; with
+    ``min == max`` the range is x's own minimum and maximum, which a part does not know."""
+    lo, hi = c.kw("min", 2, 0), c.kw("max", 3, 0)
+    if lo == hi:
+        return []
+    return [DimLink(0, d, 0, -(d + 1)) for d in range(len(c.ins[0].shape)) if c.ins[0].shape[d] > 1]
+
+
+def _scatter_links(c: OpCtx) -> list[DimLink]:
+    """``scatter(self, dim, index, src | value)`` and ``scatter_add``: along every dim but ``dim``
+    element i of index (and src) writes into element i of self, when index spans self there (a
+    shorter index writes only self's first rows, which a part could not tell)."""
+    x = c.ins[0].shape
+    d = norm_dim(c.arg(1), len(x))
+    ii, si = c.in_index(2), c.in_index(3)
+    if ii is None:
+        return []
+    links: list[DimLink] = []
+    for k in range(len(x)):
+        if k == d or x[k] <= 1 or c.ins[ii].shape[k] != x[k] or (si is not None and c.ins[si].shape[k] != x[k]):
+            continue
+        links += [DimLink(0, k, 0, k), DimLink(ii, k, 0, k)] + ([DimLink(si, k, 0, k)] if si is not None else [])
+    return links
+
+
+def grouped_mm_form(c: OpCtx) -> str:
+    """Which grouped matmul: ``"rows"`` -- input [M, K] x weight [E, K, N] -> [M, N], row r through
+    the weight of its group (the forward and the input's gradient) -- or ``"inner"`` -- [K, M] x
+    [M, N] -> [E, K, N], group e summing its own rows of M (the weight's gradient); ValueError for
+    any other (batched or 3-D x 2-D) call."""
+    a, b = c.ins[0].shape, c.ins[1].shape
+    if len(a) == 2 and len(b) == 3 and a[1] == b[1]:
+        return "rows"
+    if len(a) == 2 and len(b) == 2 and a[1] == b[0] and len(c.outs[0].shape) == 3:
+        return "inner"
+    raise ValueError("a grouped matmul of rows or of an inner dim in groups only")
+
+
+def _grouped_mm_check(c: OpCtx) -> None:
+    if grouped_mm_form(c) != "rows":
+        raise ValueError("a grouped matmul of rows (input [M, K], weight [E, K, N]) only")
+
+
+def _grouped_mm_links(c: OpCtx) -> list[DimLink]:
+    """A grouped matmul (``torch._grouped_mm``, transformers' ``grouped_mm_fallback``) of rows,
+    ``out[r] = input[r] @ weight[e(r)]`` with row r in group e(r) by its position against the
+    cumulative ``offs``: K is a reduce axis and N splits the weight and the output; or of an inner
+    dim in groups, ``out[e] = a[:, rows of e] @ b[rows of e]``: K and N split a, b and the output.
+    The grouped rows do not split here: a part's rows would be counted against the whole's offsets
+    (``ops_routing`` splits them together with the offsets)."""
+    if grouped_mm_form(c) == "inner":
+        return [DimLink(0, 0, 0, 1), DimLink(1, 1, 0, 2)]
+    return [DimLink(0, 1, 0, -1), DimLink(1, 1, 0, -1), DimLink(1, 2, 0, 1)]
+
+
+def _grouped_rows_links(c: OpCtx) -> list[DimLink]:
+    """transformers' ``grouped_mm_fallback``: rows only (:func:`_grouped_mm_links`)."""
+    _grouped_mm_check(c)
+    return _grouped_mm_links(c)
+
+
+def _grouped_mm_bwd_links(c: OpCtx) -> list[DimLink]:
+    """``grouped_mm_fallback_backward(input, weight, offs, grad_out) -> (grad_input, grad_weight)``:
+    grad_input[r] = grad_out[r] @ weight[e(r)].T (N summed, K splits with the weight's K) and
+    grad_weight[e] = input[rows of e].T @ grad_out[rows of e] (K and N split with input and grad).
+    K splits both outputs together (each has the shape of the input whose K it does not read)."""
+    _grouped_mm_check(c)
+    return [DimLink(1, 1, 0, 1), DimLink(0, 1, 0, 1), DimLink(3, 1, 0, -1), DimLink(1, 2, 0, -1),
+            DimLink(0, 1, 1, 1), DimLink(1, 1, 1, 1), DimLink(3, 1, 1, 2)]
+
+
+def _grouped_mm_flops(k: float):
+    def flops(c: OpCtx) -> float:
+        if grouped_mm_form(c) == "inner":
+            kk, m = c.ins[0].shape
+            return k * 2.0 * m * kk * c.ins[1].shape[1]
+        m, kk = c.ins[0].shape
+        return k * 2.0 * m * kk * c.ins[1].shape[2]
+    return flops
+
+
+GROUPED_MM = A + "_grouped_mm.default"
+GROUPED_MM_FALLBACK = "transformers.grouped_mm_fallback.default"
+GROUPED_MM_FALLBACK_BWD = "transformers.grouped_mm_fallback_backward.default"
+register([A + "topk.default"], "index", _out_numel, lambda c: _along_links(c, 2))
+register([A + "sort.default"], "index", _out_numel, lambda c: _along_links(c, 1))
+register([A + "sort.stable"], "index", _out_numel, lambda c: _along_links(c, 99))
+register([A + "histc.default"], "reduce", lambda c: float(c.ins[0].numel), _histc_links)
+register([A + "scatter.src", A + "scatter.value", A + "scatter_add.default"], "index", _out_numel, _scatter_links)
+register([A + "floor_divide.default", A + "floor_divide.Scalar"], "elementwise", _out_numel, _pointwise)
+register([GROUPED_MM], "matmul", _grouped_mm_flops(1), _grouped_mm_links)
+register([GROUPED_MM_FALLBACK], "matmul", _grouped_mm_flops(1), _grouped_rows_links)
+register([GROUPED_MM_FALLBACK_BWD], "matmul", _grouped_mm_flops(2), _grouped_mm_bwd_links)
+
+
+def _arange_rescale(node: Node, full_ins, part_outs, in_split, args, kwargs):
+    """``arange(end)``, ``arange(0, end)``, ``arange(0, end, 1)``: a part's positions run to the
+    part's length (only ``ops_routing`` lets an arange into a split: as part-local row positions)."""
+    start = 0 if node.op == A + "arange.default" else (args[0] if args else kwargs.get("start", 0))
+    step = args[2] if node.op == A + "arange.start_step" and len(args) > 2 else kwargs.get("step", 1)
+    if start != 0 or step != 1:
+        return None
+    pos = 0 if node.op == A + "arange.default" else 1
+    if pos < len(args):
+        args[pos] = part_outs[0].shape[0]
+    else:
+        kwargs["end"] = part_outs[0].shape[0]
+    return args, kwargs
+
+
+for _op in (A + "arange.default", A + "arange.start", A + "arange.start_step"):
+    register_rescale(_op, _arange_rescale)
 
 
 def random_args(node: Node) -> bool:

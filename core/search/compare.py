@@ -21,6 +21,7 @@ from ..cost.model import AnalyticCost
 from ..ir.graph import Graph
 from .methods import METHODS, PEER_FAMILIES, methods_of, run_method
 from .peers import checkmate as _checkmate
+from .peers.common import dominated_by_eager
 from .plan import Plan, PlanFile
 from .wl_hash import graph_hash
 
@@ -157,7 +158,8 @@ def run_peer(method: str, g: Graph, cost, budget: float, eager: dict, *, model: 
         out.failures.append(("all", out.error))
         out.seconds = time.perf_counter() - t0
         return out
-    kept = [p for p in run.plans if method in REFERENCES or not _worse_than_eager(p, eager)]
+    kept = [p for p in run.plans
+            if method in REFERENCES or not dominated_by_eager(p.peak, p.latency, eager["peak"], eager["latency"])]
     out.points = [point_row(p.label, p.peak, p.latency, eager, small_stats(p.stats)) for p in kept]
     out.plans = kept
     out.failures = [(f.label, f.reason) for f in run.failures]
@@ -171,13 +173,6 @@ def run_peer(method: str, g: Graph, cost, budget: float, eager: dict, *, model: 
 
 
 REFERENCES = ("eager", "ideal")  # reference points (PyTorch's own run, SwapAdvisor's unbounded memory), not plans
-
-
-def _worse_than_eager(p: Plan, eager: dict) -> bool:
-    """A plan that holds at least eager's peak and takes at least its time, and is not eager's own
-    point: dominated by eager, never one of a method's results."""
-    return p.peak >= eager["peak"] and p.latency >= eager["latency"] \
-        and (p.peak, p.latency) != (eager["peak"], eager["latency"])
 
 
 def _first_line(e: BaseException) -> str:

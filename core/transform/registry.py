@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from .fission import Fission
 from .ftree_rules import Disable, Lift, Mutate
+from .microbatch import MicroBatchFission
 from .remat import DeRemat, Remat, RematChain
 from .rule import Rule
 from .substitution import SUBSTITUTE_RULES
@@ -33,7 +34,7 @@ def unregister_rule(name: str) -> None:
     RULES.pop(name, None)
 
 
-for _rule in (Fission(), Lift(), Disable(), Mutate(), Remat(), RematChain(), DeRemat(), Swap(), SwapLate(),
+for _rule in (Fission(), MicroBatchFission(), Lift(), Disable(), Mutate(), Remat(), RematChain(), DeRemat(), Swap(), SwapLate(),
               SwapOutput(), DeSwap(), Reissue(), *SUBSTITUTE_RULES):
     register_rule(_rule)
 

@@ -48,6 +48,12 @@ def traced_order(g: Graph) -> list[int]:
     return TracedOrder().order(g)
 
 
+def dominated_by_eager(peak: float, latency: float, eager_peak: float, eager_latency: float) -> bool:
+    """A point that holds at least eager's peak and takes at least its time, and is not eager's own
+    point: never a method's result (the one rule for every method, ``compare`` and the baselines)."""
+    return peak >= eager_peak and latency >= eager_latency and (peak, latency) != (eager_peak, eager_latency)
+
+
 def forward_ops(g: Graph) -> set[int]:
     """Ops of the forward pass: no output is a gradient (the importer marks the ancestors of the
     loss as forward: activations, the loss, and updated buffers such as batch-norm statistics)."""

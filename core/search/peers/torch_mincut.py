@@ -72,6 +72,7 @@ def joint_from_graph(g: Graph):
     import torch.fx as fx
     from torch._subclasses.fake_tensor import FakeTensorMode
 
+    from ...frontend.fake_kernels import capture_kernels
     from ...ir.torch_bridge import materialize, resolve_op, torch_dtype
 
     if any(n.kind not in (NodeKind.PLACEHOLDER, NodeKind.OP) or n.recompute_of is not None for n in g):
@@ -98,25 +99,26 @@ def joint_from_graph(g: Graph):
 
     for k, n in enumerate(g.placeholders()):
         bind(TRef(n.id, 0), graph.placeholder(f"primals_{k + 1}"), empty(n.outputs[0]))
-    for n in g.ops():  # the traced order: an imported graph's node order
-        v = n.id
-        if v == seeds[0]:
-            bind(TRef(v, 0), graph.placeholder("tangents_1"), empty(n.outputs[0]))
-            continue
-        target = resolve_op(n.op)
-        with mode:
-            out = target(*materialize(n.args, vals.__getitem__, "cpu"),
-                         **materialize(n.kwargs, vals.__getitem__, "cpu"))
-        node = graph.call_function(target, tuple(materialize(n.args, env.__getitem__, "cpu")),
-                                   materialize(n.kwargs, env.__getitem__, "cpu"), name=n.name)
-        if out is None:  # an op without results (``_assert_tensor_metadata``): no value, as torch leaves it
-            continue
-        if isinstance(out, (tuple, list)):
-            node.meta["val"] = out
-            for j, val in enumerate(out[:len(n.outputs)]):
-                bind(TRef(v, j), graph.call_function(operator.getitem, (node, j)), val)
-        else:
-            bind(TRef(v, 0), node, out)
+    with capture_kernels():  # the fake kernels capture gives ops torch has none for (CTC loss)
+        for n in g.ops():  # the traced order: an imported graph's node order
+            v = n.id
+            if v == seeds[0]:
+                bind(TRef(v, 0), graph.placeholder("tangents_1"), empty(n.outputs[0]))
+                continue
+            target = resolve_op(n.op)
+            with mode:
+                out = target(*materialize(n.args, vals.__getitem__, "cpu"),
+                             **materialize(n.kwargs, vals.__getitem__, "cpu"))
+            node = graph.call_function(target, tuple(materialize(n.args, env.__getitem__, "cpu")),
+                                       materialize(n.kwargs, env.__getitem__, "cpu"), name=n.name)
+            if out is None:  # an op without results (``_assert_tensor_metadata``): no value, as torch leaves it
+                continue
+            if isinstance(out, (tuple, list)):
+                node.meta["val"] = out
+                for j, val in enumerate(out[:len(n.outputs)]):
+                    bind(TRef(v, j), graph.call_function(operator.getitem, (node, j)), val)
+            else:
+                bind(TRef(v, 0), node, out)
     buffers = [r for key, r in g.outputs.items() if key.startswith("buffer:")]
     rest = [r for key, r in g.outputs.items() if key != "loss" and not key.startswith("buffer:")]
     graph.output(tuple(env[r] for r in [*buffers, loss, *rest]))
