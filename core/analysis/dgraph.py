@@ -227,27 +227,47 @@ def value_free(g: Graph, v: int) -> bool:
     return n.kind == NodeKind.OP and n.op in VALUE_FREE
 
 
-def _convex(g: Graph, s: set[int], rank: Mapping[int, int] | None = None) -> bool:
-    """No path from S through nodes outside S back into S.  A value-free op reading S directly
-    cuts the path (F-Trans rebuilds it input-free: ``Split.decouple``); one further along does not
-    (``ones_like`` of a recomputed copy of S's loss still waits for S).  With ``rank`` (a
-    topological index of every node) the walk stops past S's last node: a path back into S runs
-    through ancestors of S only."""
+def _path_back(g: Graph, s: set[int], rank: Mapping[int, int] | None = None) -> tuple[int | None, set[int]]:
+    """Whether a path from S through nodes outside S comes back into S: (the first node outside S
+    on such a path, or None when G[S] is convex; the value-free ops outside S that cut the paths
+    from S).  A value-free op cuts a path wherever it stands (F-Trans rebuilds it input-free:
+    ``Split.decouple``): the backward's seed ``ones_like(loss / n)`` waits for no value of S.  With
+    ``rank`` (a topological index of every node) the walk stops past S's last node: a path back
+    into S runs through ancestors of S only."""
     last = max(rank[v] for v in s) if rank is not None else None
-    frontier = deque(u for v in s for u in g.users(v) if u not in s and not value_free(g, u)
-                     and (last is None or rank[u] <= last))
-    seen = set(frontier)
+    cuts: set[int] = set()
+    origin: dict[int, int] = {}  # node outside S -> the first node outside S on the path to it
+    frontier: deque[int] = deque()
+    for v in s:
+        for u in g.users(v):
+            if u in s or u in origin or (last is not None and rank[u] > last):
+                continue
+            if value_free(g, u):
+                cuts.add(u)
+                continue
+            origin[u] = u
+            frontier.append(u)
     while frontier:
         v = frontier.popleft()
         for u in g.users(v):
             if last is not None and rank[u] > last:
                 continue
             if u in s:
-                return False
-            if u not in seen:
-                seen.add(u)
-                frontier.append(u)
-    return True
+                return origin[v], cuts
+            if u in origin:
+                continue
+            if value_free(g, u):
+                cuts.add(u)
+                continue
+            origin[u] = origin[v]
+            frontier.append(u)
+    return None, cuts
+
+
+def _total_weight_input(n) -> int | None:
+    """The index in ``n.inputs()`` of an nll backward's total weight (argument 6), if it is a tensor."""
+    tw = n.args[6] if len(n.args) > 6 else n.kwargs.get("total_weight")
+    return n.inputs().index(tw) if isinstance(tw, TRef) and tw in n.inputs() else None
 
 
 def _connected(g: Graph, s: set[int]) -> bool:
@@ -329,8 +349,10 @@ def plan_split(g: Graph, dg: DGraph, nodes: Iterable[int], comp: Key,
                                      f"its readers: {n.op} does not split along it")
     if not _connected(g, s):
         raise SplitError("the sub-graph is not weakly connected")
-    if not _convex(g, s, rank):
-        raise SplitError("the sub-graph is not convex (a path leaves it and comes back)")
+    away, cuts = _path_back(g, s, rank)
+    if away is not None:
+        raise SplitError(f"the sub-graph is not convex: a path leaves it through {g.nodes[away].name!r} "
+                         f"({g.nodes[away].op}) and comes back")
     length = 0
     in_dims: dict[TRef, int | None] = {}
     inputs: list[TRef] = []
@@ -363,6 +385,8 @@ def plan_split(g: Graph, dg: DGraph, nodes: Iterable[int], comp: Key,
                 dr = out_dims[r]
                 if v in tw_from and r == TRef(tw_from[v], 1):
                     continue  # the full total weight replaces it (computed before the parts)
+                if n.op in ops.MEAN_LOSS_GRADS and ops.reduction_of(n) != 1 and i == _total_weight_input(n):
+                    continue  # a sum (or none) reduction's backward never reads its total weight
                 if n.op in SIZE_FROM_ARGS:
                     continue  # new_zeros & co. read their input's dtype and device, not its shape
                 if dr < 0 and routing:
@@ -439,7 +463,7 @@ def plan_split(g: Graph, dg: DGraph, nodes: Iterable[int], comp: Key,
         if ops.rescale_args(n, full, n.outputs, split_in) is None:
             raise SplitError(f"{n.name!r} ({n.op}): the registry does not know how its arguments "
                              f"change when the split dim shrinks")
-    decouple = sorted({u for v in order for u in g.users(v) if u not in s and value_free(g, u)})
+    decouple = sorted(cuts | {u for v in order for u in g.users(v) if u not in s and value_free(g, u)})
     # a D-node of S names the component in any D-Graph of S (an op's, which outlives nested fission)
     first = next((v for v in order if g.nodes[v].kind == NodeKind.OP), order[0])
     local = dg.keys(first, comp)[0]

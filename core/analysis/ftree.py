@@ -139,7 +139,8 @@ def convex_part(g: Graph, s: set[int], hot: dict[TRef, int],
     seen = set(frontier)
     while frontier:
         v = frontier.pop()
-        for u in g.users(v):  # past the first step a value-free op does not cut a path (as _convex)
+        for u in g.users(v):  # past the first step a value-free op does not cut a path (F-Tree candidates
+            # stay within what every split of them can rebuild; plan_split itself is more lenient)
             if u not in seen and (last is None or rank[u] <= last):
                 seen.add(u)
                 frontier.append(u)
