@@ -14,4 +14,9 @@ class RuleNotApplicable(ValueError):
     """A rule application that does not apply to the graph (the message says why)."""
 
 
-__all__ = ["RuleNotApplicable"]
+class SplitError(RuleNotApplicable):
+    """An F-Trans that breaks one of the constraints of a valid split (the message says which;
+    ``analysis.dgraph.plan_split`` and the routing check of ``analysis.routing``)."""
+
+
+__all__ = ["RuleNotApplicable", "SplitError"]

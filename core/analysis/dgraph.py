@@ -33,7 +33,7 @@ from collections import deque
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
-from ..errors import RuleNotApplicable
+from ..errors import SplitError
 from ..ir import ops
 from ..ir.graph import Graph, NodeKind, TRef, kahn_order, map_refs
 
@@ -143,15 +143,9 @@ class Split:
         return [k for k in range(2, self.length + 1) if self.length % k == 0]
 
 
-class SplitError(RuleNotApplicable):
-    """An F-Trans that breaks one of the constraints (the message says which)."""
-
-
 SIZE_FROM_ARGS = ("aten.new_zeros.default", "aten.new_ones.default", "aten.new_empty.default",
                   "aten.new_full.default")  # their output's size is an argument (rescaled), not their input's
-VALUE_FREE = ("aten.ones_like.default", "aten.zeros_like.default", "aten.empty_like.default",
-              "aten.full_like.default", "aten.new_ones.default", "aten.new_zeros.default",
-              "aten.new_empty.default", "aten.new_full.default")  # values independent of the input's
+VALUE_FREE = ops.VALUE_FREE
 
 
 def fission_links(g: Graph, node) -> list[ops.DimLink]:

@@ -36,6 +36,7 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from ..errors import SplitError
 from ..ir import ops
 from ..ir.graph import Graph, NodeKind, TRef
 from ..ir.ops_routing import (
@@ -48,7 +49,6 @@ from ..ir.ops_routing import (
     sort_descending,
     sort_dim,
 )
-from .dgraph import VALUE_FREE, SplitError
 
 ANY = "any"  # rows whose values do not depend on their identity
 KEEP_VALUES = frozenset(ops.A + o for o in (
@@ -137,7 +137,7 @@ def check(g: Graph, order: list[int], s: set[int], out_dims: Mapping[TRef, int],
         ins = list(n.inputs())
         outs = [TRef(v, j) for j in range(len(n.outputs))]
         rows = [(i, r, d) for i, r in enumerate(ins) if (d := dim_of(r)) is not None and d >= 0]
-        if n.kind == NodeKind.OP and n.op in VALUE_FREE:
+        if n.kind == NodeKind.OP and n.op in ops.VALUE_FREE:
             for o in outs:
                 ordr[o] = ANY
             continue

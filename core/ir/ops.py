@@ -800,6 +800,11 @@ def draws_random(op: str) -> bool:
 CONTIGUOUS_INPUTS = frozenset({A + "native_group_norm.default", A + "native_group_norm_backward.default"})
 
 
+# ops whose output's values depend only on their input's shape (an F-Trans rebuilds them input-free)
+VALUE_FREE = (A + "ones_like.default", A + "zeros_like.default", A + "empty_like.default", A + "full_like.default",
+              A + "new_ones.default", A + "new_zeros.default", A + "new_empty.default", A + "new_full.default")
+
+
 # What a plan records where random ops of a fission draw per part (micro-batching's gradient
 # accumulation: ``transform.microbatch``): its outputs are not eager's single draw.
 RANDOM_PER_PART = "random ops draw per micro-batch"
