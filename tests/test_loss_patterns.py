@@ -100,3 +100,22 @@ def test_optimizer_failure_is_not_reported_as_bad_input(tmp_path, monkeypatch, c
     assert status == EXIT_INTERNAL
     assert "internal error" in err and "a refusal that escaped the search" in err
     assert not (tmp_path / "p.json").exists()
+
+
+def test_a_split_that_rebuilt_the_seed_of_a_divided_loss_links_its_dims():
+    """``loss = sum / n``: the backward's seed ``ones_like(loss)`` reads no op of S, yet the split
+    rebuilds it input-free (it cuts the path back into S).  The fission node's dim links (nested
+    fission, the D-Graph of the transformed graph) come from S alone, not from that reader."""
+    from core.analysis.dgraph import DGraph, fission_links
+
+    g = Case(f"{LOSSES}:sum_reduction").g
+    split, why = batch_split(g)
+    assert why == ""
+    seeds = [u for u in split.decouple if g.nodes[u].op == "aten.ones_like.default"]
+    assert seeds and all(r.node not in split.nodes for u in seeds for r in g.nodes[u].inputs())
+    h = g.copy()
+    Fission().apply(h, Fission.application(2, split.comp, split.nodes))
+    f = next(n for n in h.nodes.values() if n.op == "fission")
+    links = fission_links(h, f)
+    assert any(lk.in_dim == 0 for lk in links)  # the batch of the ids links to the parts' outputs
+    DGraph(h)  # the whole transformed graph's D-Graph

@@ -166,7 +166,10 @@ def fission_links(g: Graph, node) -> list[ops.DimLink]:
             ph = sub.add_node(id=base + k, name=f"input_{k}", op="placeholder", kind=NodeKind.PLACEHOLDER,
                               outputs=[g.tensor(now)])
             ref[r] = TRef(ph.id, 0)
+        replaced = set(o.split)  # S; the value-free readers it rebuilt link no dims between S's inputs and outputs
         for v in o.nodes:
+            if v.id not in replaced:
+                continue
             c = v.copy()
             c.args, c.kwargs = map_refs(c.args, lambda x: ref.get(x, x)), map_refs(c.kwargs, lambda x: ref.get(x, x))
             sub.add_node(c, check=False)
