@@ -16,8 +16,9 @@ import torch
 from app.cli import EXIT_INTERNAL, main
 from core.analysis.dgraph import SplitError
 from core.analysis.ftree import build_ftree
-from core.search.peers.microbatch import batch_split
+from core.search.peers.microbatch import batch_split, split_application
 from core.transform.fission import Fission
+from core.transform.registry import get_rule
 from tests.workload_cases import Case
 
 LOSSES = Path(__file__).resolve().parent.parent / "sample_graphs" / "losses.py"
@@ -44,11 +45,12 @@ def _check(name: str) -> tuple[int, str]:
         Fission().inverse(h, log)
         assert h.same_as(g)
         verified += 1
-    split, why = batch_split(g)
+    split, why = batch_split(g, microbatching=True)
     if split is not None:
         for k in (2, 4):
             h = g.copy()
-            Fission().apply(h, Fission.application(k, split.comp, split.nodes))
+            app = split_application(split, k)
+            get_rule(app.rule).apply(h, app)
             case.verify(h, f"{name}: micro-batching k={k}")
     return verified, why
 
@@ -83,7 +85,7 @@ def test_target_from_activations_is_refused_before_any_edit():
     with that reason (the F-Tree offers none; micro-batching says why), before the graph is touched."""
     g = Case(f"{LOSSES}:pseudo_labels").g
     assert not any(_loss_ops(g) & set(f.split.nodes) for f in build_ftree(g).nodes)
-    split, why = batch_split(g)
+    split, why = batch_split(g, microbatching=True)
     assert split is None and "floating-point values" in why
 
 
@@ -103,18 +105,19 @@ def test_optimizer_failure_is_not_reported_as_bad_input(tmp_path, monkeypatch, c
 
 
 def test_a_split_that_rebuilt_the_seed_of_a_divided_loss_links_its_dims():
-    """``loss = sum / n``: the backward's seed ``ones_like(loss)`` reads no op of S, yet the split
-    rebuilds it input-free (it cuts the path back into S).  The fission node's dim links (nested
+    """``loss = sum / n``: the backward's seed ``ones_like(loss)`` reads no op of S, yet micro-batching's
+    split rebuilds it input-free (it cuts the path back into S; MAGIS's exact F-Trans does not).  The fission node's dim links (nested
     fission, the D-Graph of the transformed graph) come from S alone, not from that reader."""
     from core.analysis.dgraph import DGraph, fission_links
 
     g = Case(f"{LOSSES}:sum_reduction").g
-    split, why = batch_split(g)
+    split, why = batch_split(g, microbatching=True)
     assert why == ""
     seeds = [u for u in split.decouple if g.nodes[u].op == "aten.ones_like.default"]
     assert seeds and all(r.node not in split.nodes for u in seeds for r in g.nodes[u].inputs())
     h = g.copy()
-    Fission().apply(h, Fission.application(2, split.comp, split.nodes))
+    app = split_application(split, 2)
+    get_rule(app.rule).apply(h, app)
     f = next(n for n in h.nodes.values() if n.op == "fission")
     links = fission_links(h, f)
     assert any(lk.in_dim == 0 for lk in links)  # the batch of the ids links to the parts' outputs

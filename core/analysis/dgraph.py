@@ -224,13 +224,16 @@ def value_free(g: Graph, v: int) -> bool:
     return n.kind == NodeKind.OP and n.op in VALUE_FREE
 
 
-def _path_back(g: Graph, s: set[int], rank: Mapping[int, int] | None = None) -> tuple[int | None, set[int]]:
+def _path_back(g: Graph, s: set[int], rank: Mapping[int, int] | None = None,
+               anywhere: bool = False) -> tuple[int | None, set[int]]:
     """Whether a path from S through nodes outside S comes back into S: (the first node outside S
     on such a path, or None when G[S] is convex; the value-free ops outside S that cut the paths
-    from S).  A value-free op cuts a path wherever it stands (F-Trans rebuilds it input-free:
-    ``Split.decouple``): the backward's seed ``ones_like(loss / n)`` waits for no value of S.  With
-    ``rank`` (a topological index of every node) the walk stops past S's last node: a path back
-    into S runs through ancestors of S only."""
+    from S).  A value-free op reading S cuts a path (F-Trans rebuilds it input-free:
+    ``Split.decouple``); with ``anywhere`` (micro-batching's splits), one further along cuts it too:
+    the backward's seed ``ones_like(loss / n)`` waits for no value of S.  (MAGIS's F-Trans keeps
+    the first rule: the plans it made replay onto the same graph.)  With ``rank`` (a topological
+    index of every node) the walk stops past S's last node: a path back into S runs through
+    ancestors of S only."""
     last = max(rank[v] for v in s) if rank is not None else None
     cuts: set[int] = set()
     origin: dict[int, int] = {}  # node outside S -> the first node outside S on the path to it
@@ -253,7 +256,7 @@ def _path_back(g: Graph, s: set[int], rank: Mapping[int, int] | None = None) -> 
                 return origin[v], cuts
             if u in origin:
                 continue
-            if value_free(g, u):
+            if anywhere and value_free(g, u):
                 cuts.add(u)
                 continue
             origin[u] = origin[v]
@@ -288,14 +291,15 @@ def topological(g: Graph, s: set[int]) -> list[int]:
 
 def plan_split(g: Graph, dg: DGraph, nodes: Iterable[int], comp: Key,
                rank: Mapping[int, int] | None = None, order: list[int] | None = None, *,
-               random_per_part: bool = False, routing: bool = False) -> Split:
+               random_per_part: bool = False, routing: bool = False, seed_cuts: bool = False) -> Split:
     """The split of S = ``nodes`` along component ``comp`` (SplitError naming the broken rule);
     ``rank``: a topological index of ``g``'s nodes, when the caller has one (a faster check);
     ``order``: the order in which one part runs S (a topological order of G[S]; default
     :func:`topological`).
 
-    Two options of micro-batching (gradient accumulation, ``search.peers.microbatch``), never of
-    MAGIS's F-Trans: ``random_per_part`` lets random ops into S, each part drawing its own numbers
+    Options of micro-batching (gradient accumulation, ``search.peers.microbatch``), never of
+    MAGIS's F-Trans: ``seed_cuts`` rebuilds every value-free op on a path back into S (the seed of a
+    loss divided after it), ``random_per_part`` lets random ops into S, each part drawing its own numbers
     at part size (as each micro-batch of a training loop does: the plan computes another draw than
     the imported graph); ``routing`` checks the row-routing links of ``dg`` (``DGraph(routing=True)``,
     ``analysis.routing``): a mixture of experts routes each part's tokens by itself."""
@@ -346,7 +350,7 @@ def plan_split(g: Graph, dg: DGraph, nodes: Iterable[int], comp: Key,
                                      f"its readers: {n.op} does not split along it")
     if not _connected(g, s):
         raise SplitError("the sub-graph is not weakly connected")
-    away, cuts = _path_back(g, s, rank)
+    away, cuts = _path_back(g, s, rank, anywhere=seed_cuts)
     if away is not None:
         raise SplitError(f"the sub-graph is not convex: a path leaves it through {g.nodes[away].name!r} "
                          f"({g.nodes[away].op}) and comes back")

@@ -43,7 +43,8 @@ class MicroBatchFission(Fission):
         n, cn, cj, cd, *nodes = app.params
         dg = DGraph(g, nodes, routing=True) if cn in nodes else DGraph(g, routing=True)
         order = None if nodes == sorted(nodes) else list(nodes)
-        split = plan_split(g, dg, nodes, (cn, cj, cd), order=order, random_per_part=True, routing=True)
+        split = plan_split(g, dg, nodes, (cn, cj, cd), order=order, random_per_part=True, routing=True,
+                           seed_cuts=True)
         apply_split(g, split, n)
 
 

@@ -80,7 +80,7 @@ def _split(g: Graph, entry: int, order: list[int] | None, accumulation: bool) ->
     try:
         ordered = None if order is None else [v for v in order if v in s]
         return plan_split(g, dg, sorted(s), comp, order=ordered, random_per_part=accumulation,
-                          routing=accumulation), ""
+                          routing=accumulation, seed_cuts=accumulation), ""
     except SplitError as e:
         why = f"the batch does not split: {e}"
         loss = g.outputs.get("loss")
