@@ -141,7 +141,8 @@ def run_entry(entry, time_budget: float, method_budget: float, methods: list[str
     from core.ir import io
     from core.search.compare import compare, default_methods
 
-    row: dict = {"model": entry.name, "source": entry.source, "spec": entry.spec, "cells": {}, "methods": {}}
+    spec = entry.spec.replace(f"{ROOT}/", "", 1)  # the results name files relative to the repository
+    row: dict = {"model": entry.name, "source": entry.source, "spec": spec, "cells": {}, "methods": {}}
     cells = row["cells"]
     t0 = time.perf_counter()
     with tempfile.TemporaryDirectory() as tmp:
