@@ -45,7 +45,6 @@ import json
 import os
 import re
 import shlex
-import shutil
 import socket
 import subprocess
 import sys
@@ -101,25 +100,8 @@ EXPECTED_STATUS = {  # README command -> (status, why)
 }
 
 
-def _copy(src: str, dst: str) -> Callable[[Path], None]:
-    """A prerequisite step: ``cp src dst`` in the working directory."""
-    def copy(cwd: Path) -> None:
-        shutil.copyfile(cwd / src, cwd / dst)
-    return copy
-
-
-PREREQUISITES: dict[str, tuple[list[list[str] | Callable[[Path], None]], str]] = {
-    "magis transform bt.json.gz --swap add_1:native_layer_norm_backward_5 --remat add_2:native_layer_norm_backward_4 "
-    "-o bt2.json.gz": (
-        [_copy("bert.json.gz", "bt.json.gz")],
-        "no command of the block writes bt.json.gz; it is bert_tiny's training graph (the node names are "
-        "bert_tiny's, and the next line verifies bt2.json.gz as bert_tiny), which bert.json.gz is here"),
-    "magis verify my_model.py:build --plan plan.json.gz": (
-        [["magis", "import", "my_model.py:build", "-o", "my_model.json.gz"],
-         ["magis", "optimize", "my_model.json.gz", "--pareto", "--time-budget", "1", "-o", "plan.json.gz"]],
-        "plan.json.gz is bert_tiny's plan at this point of the block; the line means a plan of the model "
-        "file's own training graph (made as 'Your own model, end to end' makes it)"),
-}
+# none today: every file a README command reads is written by a command before it
+PREREQUISITES: dict[str, tuple[list[list[str] | Callable[[Path], None]], str]] = {}
 
 
 @dataclass(frozen=True)
