@@ -156,6 +156,12 @@ def _contract(g: Any, n: Any) -> list[str]:
     return msgs
 
 
+def fission_contract(g: Any, n: Any) -> list[str]:
+    """What breaks the contract of fission node ``n`` of ``g`` (its sub-graph, the parts of its
+    inputs and outputs against the full tensors); empty when it holds."""
+    return _fission_contract(g, n)
+
+
 def _fission_contract(g: Any, n: Any) -> list[str]:
     f = n.fission
     if f is None:

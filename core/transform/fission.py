@@ -25,7 +25,7 @@ from ..ir.graph import (
     TRef,
     map_refs,
 )
-from ..ir.lint import recomputes_same
+from ..ir.lint import fission_contract, recomputes_same
 from .ftree_text import FTreeNamed
 from .rule import Application, Rule, RuleNotApplicable, RuleOption, Where
 
@@ -237,6 +237,9 @@ def apply_split(g: Graph, split: Split, n: int) -> int:
     _unlink_diverged_copies(g, [f.id, *promoted, *(c for p in promoted for c in g.copies(p))])
     origin.aux = tuple(v for v in range(first_new, g.new_id()) if v in g.nodes and v != f.id)
     origin.rebuilt = tuple(rebuilt)
+    broken = fission_contract(g, g.nodes[f.id])
+    if broken:  # a split plan_split let through but whose parts do not make the whole: refused, not applied
+        raise SplitError(f"{name}: the parts do not make the whole ({broken[0]})")
     return f.id
 
 

@@ -187,7 +187,11 @@ class Microbatch(Method):
                 failures.append(Failure(label, f"time budget {time_budget:g} s spent"))
                 continue
             h = g.copy()
-            apply_split(h, split, k)  # what the rule's ``apply`` does, without planning it again
+            try:
+                apply_split(h, split, k)  # what the rule's ``apply`` does, without planning it again
+            except SplitError as e:
+                failures.append(Failure(label, str(e)))
+                continue
             order = traced_order(h)
             sim = simulate(h, order, cost)
             plans.append(Plan(self.name, [split_application(split, k)], order, sim.metrics(), label,

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import time
 
+from ...errors import SplitError
 from ...simulate import simulate
 from ...transform.fission import apply_split
 from ..plan import Plan
@@ -68,7 +69,11 @@ class MicrobatchCkpt(Method):
                     failures.append(Failure(label, f"time budget {time_budget:g} s spent"))
                     continue
                 h = r.graph.copy()
-                apply_split(h, split, k)
+                try:
+                    apply_split(h, split, k)
+                except SplitError as e:
+                    failures.append(Failure(label, str(e)))
+                    continue
                 order = traced_order(h)
                 sim = simulate(h, order, cost)
                 app = split_application(split, k, ordered=True)
