@@ -35,18 +35,11 @@ from core.search.peers.common import traced_order
 from core.search.peers.microbatch import RANDOM_PER_PART, batch_split, drop_dominated, split_application
 from core.search.plan import Plan, replay
 from tests.op_bruteforce import build_node, check_op
+from tests.test_ops_modern import r, splits  # the same small-tensor helpers
 
 D = torch.float64
 A = "aten."
 LMS = ["opt", "gpt_neox", "falcon", "phi", "phi3", "gemma", "gemma2", "mixtral", "qwen2_moe", "t5"]
-
-
-def r(*shape, dtype=D):
-    return torch.randn(*shape, dtype=dtype)
-
-
-def splits(checked) -> set[tuple[tuple[int, int], ...]]:
-    return {tuple(sorted(c.inputs.items())) for c in checked}
 
 
 @pytest.fixture(autouse=True)
