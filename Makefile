@@ -11,7 +11,7 @@ SAMPLE ?= bert_tiny
 export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 
-.PHONY: run test test-fast install install-test browser bench graphs frontiers lint clean
+.PHONY: run test test-fast install install-test browser bench graphs frontiers lint clean docs
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -53,6 +53,10 @@ graphs: install
 # the samples' precomputed memory/latency frontiers (MAGIS and every peer), opened by the app's plan bar
 frontiers: install-test
 	$(BIN)/python -m sample_graphs.frontiers
+
+# the docs' results tables and figures, rendered from bench/results/*.json (tests/test_docs.py checks them)
+docs: install
+	$(BIN)/python bench/docs.py
 
 lint: install-test
 	$(BIN)/ruff check .

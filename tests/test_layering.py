@@ -1,4 +1,4 @@
-"""Layering of the product (DESIGN.md, "Layout"): ``core`` never imports the app, the web stack or
+"""Layering of the product (docs/design.md, "Layering"): ``core`` never imports the app, the web stack or
 the samples; the samples never import the app; and the imports of ``app``, ``core`` and
 ``sample_graphs`` form no cycle -- neither between modules (within a package or across them) nor
 between the sub-packages of ``core``.

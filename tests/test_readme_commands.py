@@ -31,10 +31,10 @@ The substitutions that make the README's commands fast (each explicit, each with
 
 A README line that uses a file no earlier command writes gets that file from ``PREREQUISITES`` first
 (each with its reason).  The exit status is 0 unless ``EXPECTED_STATUS`` gives the status the README
-documents for that command with the tiny input (e.g. 3: a memory limit no plan can reach).  ``make run``
-and ``make test`` (the first block) are not run (``NOT_RUN``): ``make test`` is CI itself, and
-``make run`` creates the environment these tests run in and then serves the app, which ``magis app``
-covers here.  A command that is neither runnable nor listed in ``NOT_RUN`` fails the test; every key of
+documents for that command with the tiny input (e.g. 3: a memory limit no plan can reach).  The ``make``
+targets are not run (``NOT_RUN``): ``make test`` is CI itself, ``make run`` creates the environment
+these tests run in and then serves the app, which ``magis app`` covers here; nor are the commands
+whose tiny variant cannot do what the paper-size one does (each with its reason).  A command that is neither runnable nor listed in ``NOT_RUN`` fails the test; every key of
 these tables must name a command of the docs (``test_tables_name_commands_of_the_docs``).
 """
 
@@ -89,6 +89,19 @@ NOT_RUN = {
     "make run": "creates .venv, installs and serves the app until interrupted: the environment of these tests; "
                 "`magis app` is run below",
     "make test": "the whole test suite, this file included: CI runs it",
+    "make test-fast": "the fast part of the whole suite, this file's fast tests included",
+    "make docs": "rewrites the docs' results tables in the repository; tests/test_docs.py runs the same "
+                 "renderer's check (`bench/docs.py --check`)",
+    "magis optimize bert_base --method swapadvisor --memory-limit 0.5 --time-budget 60 -o sa.json":
+        "on bert_tiny no plan reaches half the peak (its largest op's working set is 0.8x of it), so it writes "
+        "no plan; SwapAdvisor's planner and plans are tested in tests/test_swapadvisor.py",
+    "magis export bert_base --plan sa.json -o bert_base_sa.py":
+        "exports the plan of the command above, which the tiny variant does not produce",
+    "magis optimize btlm_3b --method magis_pool --memory-limit 0.125 --time-budget 60 -o btlm_24g.json":
+        "on btlm_tiny no frontier state runs within 1/8 of the peak; MAGIS + planner plans are exported and "
+        "verified in tests/test_magis_pool.py",
+    "python bench/swapadvisor.py --budget 30 --magis-budget 30":
+        "a benchmark of hours on the paper-size workloads; its committed result renders the SwapAdvisor table",
 }
 
 EXPECTED_STATUS = {  # README command -> (status, why)

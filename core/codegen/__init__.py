@@ -1,4 +1,4 @@
-"""Plan -> standalone PyTorch script (DESIGN.md ``codegen/``).
+"""Plan -> standalone PyTorch script (docs/design.md, "Layout": ``codegen/``).
 
 ``generate_source(g, order)`` / ``export_script(g, order, path)`` write a script that needs only torch:
 ``run(tensors, device) -> outputs`` executes the graph's ops in the schedule's order with each

@@ -1,7 +1,7 @@
 """What the code generator decides before writing a line: variable names, the script's inputs, and
 when each Python name is released.
 
-Release rule (DESIGN.md, "a storage is freed when its last alias dies"; ``core.analysis.lifetimes``):
+Release rule (docs/design.md, "a storage is freed when its last alias dies"; ``core.analysis.lifetimes``):
 the simulator frees the storage of root tensor ``u`` after step ``F(u)`` = the last step that
 creates or reads ``u`` or any view of ``u`` (graph outputs: never).  In Python a view object keeps
 its base storage alive, so the storage dies when the last *name* bound to any of its aliases is

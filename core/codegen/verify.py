@@ -1,4 +1,4 @@
-"""The round trip (DESIGN.md, "the backbone test"): run a model eagerly with autograd, run its
+"""The round trip (docs/design.md, "the backbone test"): run a model eagerly with autograd, run its
 exported script for a schedule on the same weights and inputs, compare every output, and compare
 the script's measured peak of live storage bytes with the simulator's peak for that schedule.
 
