@@ -8,12 +8,14 @@
     magis verify SPEC [--schedule NAME] [--graph FILE] eager PyTorch vs exported script: errors and peaks
     magis sweep W1,W2 --memory-limits 0.8,8GiB -o DIR  optimize workloads x limits x devices in parallel
     magis compare FILE [--methods M,...] -o PLAN       every method on one graph: one plan file, one table
+    magis fit SPEC --device NAME [--memory SIZE]       does the training step fit the card? eager, then plans
     magis fuse FILE --buffer 256KiB -o PLAN            layer fusion under an on-chip buffer (GET)
     magis app [FILE] [--sample NAME] [--port N]        the web app (127.0.0.1 by default)
 
 Errors a user can cause print as one line on stderr (exit status 2), never a traceback.  Exit
-statuses: 0 done; 1 ``verify``'s comparison failed; 2 bad input or usage; 3 ``optimize`` wrote its plan
-but no plan reaches the memory limit; 130 interrupted; 141 stdout closed early (``magis info F | head``).
+statuses: 0 done; 1 ``verify``'s comparison failed, or nothing ``fit`` tried fits; 2 bad input or usage;
+3 ``optimize`` wrote its plan but no plan reaches the memory limit; 4 the step ``fit`` judged fits only
+with a plan (eagerly it does not); 130 interrupted; 141 stdout closed early (``magis info F | head``).
 
 The command line is an entry point of the product, like the web app: it wires core to the samples
 and to user files (``app.specs`` resolves what the user names), so it lives here and not in core.
@@ -46,6 +48,7 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
 
 EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT, EXIT_LIMIT_NOT_REACHED = 0, 1, 2, 3
+EXIT_FITS_WITH_PLAN = 4  # ``magis fit``: eager's step does not fit the memory, a plan does
 EXIT_INTERNAL = 70  # a bug of MAGIS Studio's own (sysexits' EX_SOFTWARE), never the user's input
 EXIT_INTERRUPTED, EXIT_BROKEN_PIPE = 130, 141  # 128 + SIGINT, 128 + SIGPIPE, as a shell reports them
 
@@ -138,12 +141,18 @@ def cmd_import(a: argparse.Namespace) -> dict[str, Any]:
         progress(f"importing {a.spec} ({'forward pass' if a.forward else 'training step'})")
         g = capture_spec(a.spec, training=not a.forward, sgd_lr=a.sgd, progress=progress, adam_lr=a.adam,
                          fix_random_reads=a.fix_random_reads, max_nodes=a.max_nodes)
+        from core.frontend.target import retarget
+
+        retargeted = retarget(g, a.target)
+        if a.target != "cpu":
+            progress(f"retargeted to {retargeted.summary()}")
         progress(f"writing {a.output}")
         io.save(g, a.output)
         progress("summarising (traced order, analytic latency)")
         info = graph_info(g, device=a.device, top=3)
     res = {"output": str(a.output), "nodes": len(g), "seconds": round(time.perf_counter() - t0, 2),
-           "traced_as": g.meta.get("traced_as", "eager"),
+           "traced_as": g.meta.get("traced_as", "eager"), "target": a.target,
+           "attention_kernels": retargeted.counts(),
            **{k: info[k] for k in ("name", "mode", "device", "weight_bytes", "baseline_peak_bytes",
                                    "latency_seconds")}}
     if a.json:
@@ -153,6 +162,8 @@ def cmd_import(a: argparse.Namespace) -> dict[str, Any]:
         print(f"  weights          {format_bytes(info['weight_bytes'])}")
         print(f"  baseline peak    {format_bytes(info['baseline_peak_bytes'])}  (traced order, free after last use)")
         print(f"  est. latency     {info['latency_seconds'] * 1e3:.2f} ms on {info['device']}")
+        if retargeted.calls:
+            print(f"  attention        {retargeted.summary()}")
         for h in info["hotspots"]:
             print(f"  hot-spot {format_bytes(h['bytes']):>12}  {h['kind']:<10} {h['name']}  {h['shape']}  [{h['module']}]")
     return res
@@ -172,6 +183,16 @@ def cmd_info(a: argparse.Namespace) -> dict[str, Any]:
     info = graph_info(g, device=a.device, top=a.top, cost=cost)
     if cost is not None:
         cost.save()
+    from core.simulate import predict_reserved
+    from core.cost import AnalyticCost
+    from core.schedule.baselines import TracedOrder
+
+    pr = predict_reserved(g, TracedOrder().order(g), cost or AnalyticCost(a.device)).replay
+    from core.frontend.target import attention_kernels
+
+    info["attention_kernels"] = attention_kernels(g)
+    info.update({"baseline_reserved_peak_bytes": pr.reserved_peak, "baseline_allocated_peak_bytes": pr.allocated_peak,
+                 "reserved_segments": pr.segments_peak, "reserved_fragmentation": round(pr.fragmentation, 4)})
     if a.json:
         print(json.dumps(info, indent=1))
     else:
@@ -179,6 +200,9 @@ def cmd_info(a: argparse.Namespace) -> dict[str, Any]:
         print(f"{t(info['name'])}: {info['nodes']} ops ({t(info['mode'])}), device {info['device']}")
         print(f"  weights          {format_bytes(info['weight_bytes'])}")
         print(f"  baseline peak    {format_bytes(info['baseline_peak_bytes'])}  (traced order, free after last use)")
+        print(f"  reserved peak    {format_bytes(info['baseline_reserved_peak_bytes'])}  (predicted for PyTorch's CUDA "
+              f"caching allocator: {plural(info['reserved_segments'], 'segment')}, "
+              f"{info['reserved_fragmentation']:.1%} of it unallocated at its peak)")
         print(f"  {floor_line(info['resident_floor_bytes'], info['resident_floor_by_kind'], info['baseline_peak_bytes'])}")
         print(f"  est. latency     {info['latency_seconds'] * 1e3:.2f} ms")
         print("  top hot-spots:")
@@ -187,6 +211,9 @@ def cmd_info(a: argparse.Namespace) -> dict[str, Any]:
                   f"[{t(h['module'])}]")
         if info["ops_without_dim_links"]:
             print(f"  ops without dim links (block fission): {t(', '.join(info['ops_without_dim_links']))}")
+        if info["attention_kernels"]:
+            print("  attention        " + ", ".join(f"{k} {n}" for k, n in info["attention_kernels"].items())
+                  + f"  (target {g.meta.get('target', 'cpu')})")
     return info
 
 
@@ -242,7 +269,9 @@ def _cost(a: argparse.Namespace, plan_device: str | None = None):
     try:
         return AnalyticCost(a.device or plan_device or DEFAULT_PROFILE)
     except ValueError as e:
-        raise ValueError(f"--device: {e}") from None
+        hint = ("; --device names the cost model's device profile, not a torch device (the exported script "
+                "takes --device cuda)" if str(a.device).partition(":")[0] in ("cuda", "mps") else "")
+        raise ValueError(f"--device: {e}{hint}") from None
 
 
 def cmd_export(a: argparse.Namespace) -> dict[str, Any]:
@@ -379,6 +408,9 @@ def cmd_verify(a: argparse.Namespace) -> dict[str, Any]:
     of it, or of a plan for it)."""
     if a.device is not None:
         _cost(a)  # an unknown --device is refused before any work
+    for flag, v in (("--rtol", a.rtol), ("--atol", a.atol)):
+        if v is not None and not 0.0 <= v < float("inf"):
+            raise ValueError(f"{flag} {v}: a tolerance is a number at least 0")
     graph = load_graph(a.graph) if a.graph else None
     kwargs: dict[str, Any] = {}
     plan_device = None
@@ -396,6 +428,7 @@ def cmd_verify(a: argparse.Namespace) -> dict[str, Any]:
     kwargs["cost"] = _cost(a, plan_device)
     if a.fix_random_reads and graph is None:
         kwargs["fix_random_reads"] = True  # a graph file says itself which draws it fixed
+    kwargs.update({k: v for k, v in (("rtol", a.rtol), ("atol", a.atol)) if v is not None})
     res = verify_spec(a.spec, **({"schedule": a.schedule} | kwargs), seed=a.seed, graph=graph)
     if a.json:
         print(json.dumps(res, indent=1))
@@ -460,6 +493,11 @@ def cmd_optimize(a: argparse.Namespace) -> dict[str, Any]:
             memory = MemoryLimit.parse(a.memory_limit)
         except ValueError as e:
             raise ValueError(f"--memory-limit {e}") from None
+    reserved = getattr(a, "limit_kind", "live") == "reserved"
+    if reserved and memory is None:
+        raise ValueError("--limit-kind reserved: give --memory-limit (the limit it applies to)")
+    if reserved and getattr(a, "optimize_method", "magis") != "magis":
+        raise ValueError(f"--limit-kind reserved works with --method magis only, not {a.optimize_method}")
     g = load_graph(a.file)
     if a.latency_limit is not None and not a.latency_limit >= 1.0:
         raise ValueError(f"--latency-limit {a.latency_limit}: a factor of the imported latency, at least 1")
@@ -483,14 +521,19 @@ def cmd_optimize(a: argparse.Namespace) -> dict[str, Any]:
         print(f"optimizing {g.name} ({len(g)} nodes) for {a.time_budget:g} s on {device} ({a.cost} cost) "
               f"(Ctrl-C stops and keeps the best found)", file=sys.stderr, flush=True)
         with optimizer_errors("the M-Optimizer"):
-            pf = optimize(g, memory_limit=memory, latency_limit=a.latency_limit, pareto=a.pareto,
-                          time_budget=a.time_budget, device=device, progress=progress, cancel=cancel,
-                          cost=cost, cost_name=a.cost, substitutions=a.substitutions)
+            # a reserved-bytes limit: the frontier is searched on live bytes, then filtered by the
+            # predicted reserved peak of each of its points (``_select_reserved``)
+            pf = optimize(g, memory_limit=None if reserved else memory, latency_limit=a.latency_limit,
+                          pareto=a.pareto or reserved, time_budget=a.time_budget, device=device,
+                          progress=progress, cancel=cancel, cost=cost, cost_name=a.cost,
+                          substitutions=a.substitutions)
         if hasattr(cost, "save"):
             cost.save()
     finally:
         signal.signal(signal.SIGINT, old)
-    save_plans(pf, a.output)
+    if reserved:
+        _select_reserved(pf, g, memory)
+    save_plans(pf, a.output, graph=g)
     base = pf.points[-1]
     res = _report_points(a, pf, f"({pf.meta['stopped']}, {pf.meta['states']} states)")
     rows = res["points"]
@@ -499,13 +542,34 @@ def cmd_optimize(a: argparse.Namespace) -> dict[str, Any]:
         note = floor_note(pf.points[0].peak, floor, by_kind, base.peak)
         if note:
             print(note)
-    if memory is not None:
+    if memory is not None and reserved:
+        limit = pf.meta["limit_bytes"]
+        if pf.points[0].reserved_peak > limit:
+            raise LimitNotReached(f"no plan reaches the reserved-memory limit {format_bytes(limit)}: the least "
+                                  f"predicted reserved peak found is {format_bytes(pf.points[0].reserved_peak)}; "
+                                  f"its plan is point 0 of {a.output}")
+    elif memory is not None:
         limit = pf.meta["limit_bytes"]
         if pf.points[0].peak > limit:
             raise LimitNotReached(f"no plan reaches the memory limit {format_bytes(limit)}: the best peak "
                                   f"found is {format_bytes(pf.points[0].peak)} ({rows[0]['peak_ratio']:.3f}x); "
                                   f"its plan is point 0 of {a.output}")
     return res
+
+
+def _select_reserved(pf, g, memory) -> None:
+    """``--limit-kind reserved``: the limit applies to each point's predicted reserved peak
+    (``core.analysis.allocator``).  The searched points are reordered in place: those within the limit
+    first, fastest first, then the rest by reserved peak; PyTorch's eager point stays last."""
+    from core.search.plan import fill_reserved_peaks
+
+    fill_reserved_peaks(pf, g)
+    eager = pf.points[-1]
+    limit = memory.bytes(eager.peak)
+    found = sorted(pf.points[:-1], key=lambda p: (p.reserved_peak > limit,
+                                                  p.latency if p.reserved_peak <= limit else p.reserved_peak))
+    pf.points = found + [eager]
+    pf.meta.update({"mode": "memory", "limit": str(memory), "limit_bytes": limit, "limit_kind": "reserved"})
 
 
 def _report_points(a: argparse.Namespace, pf, note: str = "") -> dict[str, Any]:
@@ -515,6 +579,7 @@ def _report_points(a: argparse.Namespace, pf, note: str = "") -> dict[str, Any]:
     rows = [{"point": k, "method": p.method, "label": p.label, "peak_bytes": p.peak, "latency_seconds": p.latency,
              "peak_ratio": p.peak / base.peak if base.peak else 1.0,
              "latency_ratio": p.latency / base.latency if base.latency else 1.0,
+             "reserved_peak_bytes": p.reserved_peak,
              "applications": len(p.applications), "seed": p.stats.get("seed"),
              "seed_steps": p.stats.get("seed_steps")} for k, p in enumerate(pf.points)]
     res = {"output": str(a.output), "points": rows, "meta": pf.meta}
@@ -523,7 +588,8 @@ def _report_points(a: argparse.Namespace, pf, note: str = "") -> dict[str, Any]:
     else:
         print(f"wrote {a.output}: {len(rows)} point(s){' ' + note if note else ''}")
         for r in rows:
-            print(f"  [{r['point']}] {r['method']:6s} peak {format_bytes(r['peak_bytes'])} ({r['peak_ratio']:.3f}x)  "
+            reserved = "" if r["reserved_peak_bytes"] is None else f" reserved {format_bytes(r['reserved_peak_bytes'])}"
+            print(f"  [{r['point']}] {r['method']:6s} peak {format_bytes(r['peak_bytes'])} ({r['peak_ratio']:.3f}x){reserved}  "
                   f"latency {r['latency_seconds'] * 1e3:.2f} ms ({r['latency_ratio']:.3f}x)  "
                   f"{plural(r['applications'], 'rule application')}  {r['label']}"
                   + (f"  (from the seed {r['seed']}, {plural(r['seed_steps'], 'step')} of MAGIS's own after it)"
@@ -555,7 +621,7 @@ def _optimize_with(a: argparse.Namespace, g, cost, device: str, memory) -> dict[
     points = sorted(run.plans, key=lambda p: (p.peak > limit, p.latency)) + eager
     pf = PlanFile(g.name, graph_hash(g), device, points, [], {"method": name, "limit_bytes": limit,
                                                            "seconds": round(run.seconds, 3)})
-    save_plans(pf, a.output)
+    save_plans(pf, a.output, graph=g)
     res = _report_points(a, pf)
     if points[0].peak > limit:
         raise LimitNotReached(f"no plan reaches the memory limit {format_bytes(limit)}: the best peak found is "
@@ -739,6 +805,67 @@ def cmd_compare(a: argparse.Namespace) -> dict[str, Any]:
     return res
 
 
+class FitsWithPlan(Outcome):
+    """``magis fit``: eager's step does not fit the memory, a method's plan does (exit status 4)."""
+
+    status = EXIT_FITS_WITH_PLAN
+    label = "fits with a plan"
+
+
+class DoesNotFit(Outcome):
+    """``magis fit``: neither eager's step nor any method's plan fits the memory (exit status 1)."""
+
+    status = EXIT_FAILED
+    label = "does not fit"
+
+
+def cmd_fit(a: argparse.Namespace) -> dict[str, Any]:
+    """``magis fit``: does the training step fit the card (``core.fit``)?  Eager's breakdown and
+    verdict; when it does not fit, every method's fastest plan that does (``app.fit_cmd``)."""
+    from core.cost.devices import DEVICES
+    from core.fit import fit
+    from core.search.compare import plan_file_of
+    from core.search.methods import METHODS
+    from core.search.plan import save_plans
+
+    from .fit_cmd import fit_graph, fit_json, fit_lines, next_commands, parse_memory, point_of
+
+    if a.device not in DEVICES:
+        raise ValueError(f"--device: unknown device {a.device!r}; known: {_names(DEVICES)}")
+    memory = parse_memory(a.memory) if a.memory is not None else None
+    methods = _split([a.methods]) if a.methods else None
+    unknown = [m for m in methods or [] if m not in METHODS]
+    if unknown:
+        raise ValueError(f"--methods: unknown method(s) {', '.join(unknown)}; known: {', '.join(METHODS)}")
+    if not a.time_budget > 0:
+        raise ValueError("--time-budget must be positive")
+    with Progress() as progress:
+        inp = fit_graph(a.spec, a.adam, a.sgd, progress)
+        with optimizer_errors("magis fit"):
+            res = fit(inp.graph, a.device, memory, methods=methods, time_budget=a.time_budget, progress=progress)
+    points: dict[str, int] = {}
+    if a.output is not None and res.compared is not None:
+        pf = plan_file_of(res.compared, inp.graph)
+        save_plans(pf, a.output)
+        points = point_of(res, pf.points)
+        progress(f"wrote {a.output}: {len(pf.points)} points")
+    memory_from = "--memory" if memory is not None else "the device's memory"
+    commands = next_commands(res, inp, a.output if points else None, points, a.time_budget)
+    out = fit_json(res, commands, a.output if points else None, points, memory_from)
+    if a.json:
+        print(json.dumps(out, indent=1))
+    else:
+        print("\n".join(fit_lines(res, commands, memory_from)))
+    status = res.report["status"]
+    if status == "fits_with_plan":
+        best = res.report["plans"][0]
+        raise FitsWithPlan(f"eager's step does not fit {format_bytes(res.report['memory_bytes'])}; "
+                           f"{best['label']}'s plan does, at a predicted {100 * best['overhead']:+.1f}% latency")
+    if status == "does_not_fit":
+        raise DoesNotFit(f"neither eager's step nor any plan found fits {format_bytes(res.report['memory_bytes'])}")
+    return out
+
+
 def cmd_app(a: argparse.Namespace) -> None:
     """``magis app``: serve the web app (imported here: the other commands never load Dash)."""
     from .main import serve
@@ -896,6 +1023,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="append torch.optim.Adam's first update (learning rate LR, default betas and eps); "
                         "its two moments per weight are inputs and outputs of the graph, resident like the weights")
     s.add_argument("--device", default=DEFAULT_PROFILE, metavar="NAME", help=devices)
+    s.add_argument("--target", default="cpu", choices=("cpu", "cuda"),
+                   help="the torch device the plan will run on: cuda rewrites each attention call into the "
+                        "fused kernel a CUDA run picks (flash / memory-efficient / math) with its real saved "
+                        "tensors; cpu (default) keeps the graph as captured")
     s.add_argument("--fix-random-reads", action="store_true",
                    help="a random draw the model branches on in Python (layer drop: `torch.rand([]) < "
                         "config.layerdrop`) is fixed at 1.0 -- no layer dropped -- instead of failing; "
@@ -947,6 +1078,11 @@ def build_parser() -> argparse.ArgumentParser:
     lim.add_argument("--latency-limit", type=float, metavar="FACTOR",
                      help="least memory with a latency at most FACTOR times the imported one (e.g. 1.1)")
     lim.add_argument("--pareto", action="store_true", help="the memory/latency frontier (a sweep of memory limits)")
+    s.add_argument("--limit-kind", choices=("live", "reserved"), default="live",
+                   help="what --memory-limit bounds: live tensor bytes (default), or the reserved memory predicted "
+                        "for PyTorch's CUDA caching allocator (rounding, pools, segments, fragmentation); with "
+                        "reserved, the search sweeps the live-bytes frontier and then offers the points whose "
+                        "predicted reserved peak is within the limit (a filter at the end of the search)")
     s.add_argument("--time-budget", type=float, default=60.0, metavar="SECONDS",
                    help="search time (default: %(default)s); the best found so far is kept")
     s.add_argument("--device", default=None, metavar="NAME",
@@ -1016,6 +1152,36 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--json", action="store_true", help="print the table's rows and the failures as JSON")
     s.set_defaults(fn=cmd_compare)
 
+    s = sub.add_parser("fit", help="does the training step fit the card? eager's breakdown, then the plans that fit",
+                       description="Simulate PyTorch's eager order of the training step on a device profile: "
+                                   "weights, gradients, optimizer state and activations at its peak, the "
+                                   "resident floor and the verdict against the card's memory (on a GPU profile "
+                                   "judged on the CUDA caching allocator's predicted reserved bytes). When eager "
+                                   "does not fit, run the methods and show each one's fastest plan that fits. "
+                                   "Every figure is a prediction of the cost model and the simulator. Exit "
+                                   "status: 0 fits eagerly; 4 fits only with a plan; 1 nothing fits (the bound "
+                                   "that explains it is printed); 2 bad input.")
+    s.add_argument("spec", metavar="SPEC",
+                   help="a graph file, a sample name or path/to/file.py:factory (as `magis import` takes it)")
+    s.add_argument("--device", required=True, metavar="NAME",
+                   help=f"device profile whose memory and speed are judged: {_names(DEVICES)}")
+    s.add_argument("--memory", default=None, metavar="SIZE",
+                   help="the memory to fit in, in place of the device's (with a unit: 24GiB, 512MiB, 4096B)")
+    opt = s.add_mutually_exclusive_group()
+    opt.add_argument("--adam", type=float, default=None, metavar="LR",
+                     help="capture the step with torch.optim.Adam's update (its two moments per weight resident)")
+    opt.add_argument("--sgd", type=float, default=None, metavar="LR",
+                     help="capture the step with a plain SGD update of every weight")
+    s.add_argument("--methods", default=None, metavar="M1,M2,...",
+                   help=f"methods to try when eager does not fit (default: magis and every peer and baseline): "
+                        f"{', '.join(METHODS)}")
+    s.add_argument("--time-budget", type=float, default=30.0, metavar="SECONDS",
+                   help="seconds for each method (default: %(default)s)")
+    s.add_argument("-o", "--output", type=Path, default=None, metavar="PLAN",
+                   help="write the methods' plans to this plan file (for `magis export FILE --plan PLAN --point K`)")
+    s.add_argument("--json", action="store_true", help="print the report as one JSON object")
+    s.set_defaults(fn=cmd_fit)
+
     s = sub.add_parser("ftree", help="the F-Tree of a graph: its fission candidates (MAGIS Algorithm 1)")
     s.add_argument("file", help="graph file or sample name")
     s.add_argument("--levels", type=int, default=4, metavar="L", help="score levels L (default: %(default)s)")
@@ -1047,6 +1213,12 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--graph", default=None, metavar="FILE",
                    help="verify this graph file of the model (e.g. from `magis transform`) instead of a "
                         "fresh capture")
+    s.add_argument("--rtol", type=float, default=None, metavar="R",
+                   help="relative tolerance, a share of each tensor's largest magnitude (default: torch.testing's "
+                        "for the tensor's dtype, 1.3e-6 for float32); 1.6e-2 (bfloat16's) for a step computed "
+                        "under bf16 autocast, whose float32 gradients carry bfloat16 rounding")
+    s.add_argument("--atol", type=float, default=None, metavar="A",
+                   help="absolute tolerance (default: torch.testing's for the tensor's dtype, 1e-5 for float32)")
     _plan_options(s, "verify a plan (from `magis optimize`) of the model's graph (a sample's graph, or a "
                      "model file's training step captured as `magis import` does; or --graph)")
     s.add_argument("--fix-random-reads", action="store_true",

@@ -99,9 +99,17 @@ def verify_block(gid: str, label: str = "") -> str | None:
     return None
 
 
+def script_devices() -> list[str]:
+    """The ``--device`` values the page offers for the exported script: the torch devices this
+    machine's torch has -- ``cuda`` when ``torch.cuda.is_available()``, and ``cpu`` always."""
+    import torch
+
+    return ["cuda", "cpu"] if torch.cuda.is_available() else ["cpu"]
+
+
 def commands(gid: str, f: Frontier, key: int, label: str = "") -> str:
     """The command lines that use the downloaded plan file (``label``: the graph's, which names an
-    uploaded graph's file)."""
+    uploaded graph's file); the script's run lines offer :func:`script_devices`."""
     spec = sample_of(gid) or graph_file_of(label)
     plan, script = plan_file_name(f, key), script_name(f, key)
     lines = [f"magis export {spec} --plan {plan} -o {script}"]
@@ -109,7 +117,11 @@ def commands(gid: str, f: Frontier, key: int, label: str = "") -> str:
         lines.append(f"magis verify {spec} --plan {plan}")
     else:
         lines.append(f"magis verify path/to/model.py:factory --graph {spec} --plan {plan}")
-    lines.append(f"python {script} --device cuda    # or --device cpu; prints measured vs simulated peak")
+    devices = script_devices()
+    lines.append(f"python {script} --device {devices[0]}    # prints measured vs simulated peak")
+    lines += [f"python {script} --device {d}" for d in devices[1:]]
+    if "cuda" not in devices:
+        lines.append("# this machine's torch has no CUDA: on a GPU machine the script also takes --device cuda")
     return "\n".join(lines)
 
 
@@ -326,5 +338,5 @@ def register(app: Dash, state: AppState, guarded, show_message) -> None:
         return status, result, done
 
 
-__all__ = ["commands", "plan_file_bytes", "plan_file_name", "plan_file_of", "register", "script_name", "script_of",
-           "tab", "verify_block", "verify_outcome", "verify_progress"]
+__all__ = ["commands", "plan_file_bytes", "plan_file_name", "plan_file_of", "register", "script_devices", "script_name",
+           "script_of", "tab", "verify_block", "verify_outcome", "verify_progress"]

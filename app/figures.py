@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from core.analysis.allocator import profile_events, replay
 from core.analysis.lifetimes import MemoryProfile, Storage
 from core.fmt import BYTE_UNITS, format_bytes
 from core.ir.graph import Graph
@@ -161,8 +162,10 @@ def hover_data(g: Graph, mem: MemoryProfile, steps: Sequence[int], index: LiveIn
 
 
 def memory_figure(g: Graph, curves: Sequence[Curve], x_mode: str = "step", max_points: int = MAX_POINTS,
-                  capacity: int | None = None, pending: Sequence[str] = ()) -> dict:
+                  capacity: int | None = None, pending: Sequence[str] = (), reserved: bool = True) -> dict:
     """Stacked live bytes by tensor kind for ``curves[0]``; the total of every other curve as a line.
+    ``reserved``: a dotted line at ``curves[0]``'s predicted reserved peak of the CUDA caching
+    allocator (``core.analysis.allocator``: block rounding, pools, segments, fragmentation).
     Each point's customdata is [step, schedule name] ([step, name, producers of the largest live
     tensors] on the selected curve's total) for click handling.
 
@@ -247,10 +250,22 @@ def memory_figure(g: Graph, curves: Sequence[Curve], x_mode: str = "step", max_p
     if capacity and mem.peak > capacity:
         annotations.append(_note(f"does not fit: peak {format_bytes(mem.peak)} is "
                                  f"{format_bytes(mem.peak - capacity)} over the device's {format_bytes(capacity)}"))
-    top = max(max(c.profile.peak for c in curves), capacity if shapes else 0)
+    reserved_peak = replay(profile_events(g, mem)).reserved_peak if reserved and mem.order else 0
+    if reserved_peak:
+        shapes.append({"type": "line", "xref": "paper", "x0": 0, "x1": 1, "y0": reserved_peak, "y1": reserved_peak,
+                       "line": {"dash": "dot", "color": RESERVED_COLOR, "width": 1.2}})
+        annotations.append({"xref": "paper", "x": 0, "y": reserved_peak, "xanchor": "left", "yanchor": "bottom",
+                            "showarrow": False, "font": {"size": 10, "color": RESERVED_COLOR},
+                            "text": f"{main.name}: predicted reserved peak {format_bytes(reserved_peak)} "
+                                    f"(CUDA caching allocator, +{format_bytes(reserved_peak - mem.peak)} over live)"})
+    top = max(max(c.profile.peak for c in curves), capacity if capacity and mem.peak > 0.5 * capacity else 0,
+              reserved_peak)
     layout["yaxis"]["range"] = [0, top * 1.12 if top else 1]
     layout["yaxis"]["tickvals"], layout["yaxis"]["ticktext"] = binary_ticks(top * 1.12 if top else 1)
     return fig
+
+
+RESERVED_COLOR = "#9333ea"  # the predicted reserved-peak line
 
 
 def _first_kind(mem: MemoryProfile) -> str | None:

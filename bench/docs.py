@@ -317,15 +317,31 @@ def _substitutions_blocks() -> str:
     for g, per in load("substitutions")["blocks"].items():
         any_row = next(r for r in per.values() if "ops" in r)
 
-        def cell(m: str, per: dict = per) -> str:
-            r = per.get(m)
-            if r is None or r.get("error") == "not run":
-                return ""
-            c = _cost(r, m)
-            return c if c == "-" else f"{c} ({r['seconds']:.2f}{'' if r['complete'] else '*'})"
         out.append([g.replace("_", " "), str(any_row["ops"]), f"{any_row['cost_before_ms']:.3f}",
-                    *(cell(m) for m in methods)])
+                    *(_cost_and_seconds(per.get(m), m) for m in methods)])
     return table(["graph", "ops", "before", *SUBST_LABELS[:-1]], "lrrrrrrrr", out)
+
+
+def _cost_and_seconds(r: dict | None, m: str) -> str:
+    """An OCGGS cell: the cost after and, in brackets, the seconds (* stopped by the budget)."""
+    if r is None or r.get("error") == "not run":
+        return ""
+    c = _cost(r, m)
+    return c if c == "-" else f"{c} ({r['seconds']:.2f}{'' if r['complete'] else '*'})"
+
+
+@renderer("substitutions_k_scaling")
+def _substitutions_k_scaling() -> str:
+    rows = load("substitutions")["k_scaling"]
+    methods = [m for m in SUBST_METHODS if any(m in per for per in rows.values())]
+    out = []
+    for name, per in rows.items():
+        g, k = name.rsplit(" K=", 1)
+        any_row = next(r for r in per.values() if "ops" in r)
+        out.append([g.replace("_", " "), k, str(any_row["ops"]), f"{any_row['cost_before_ms']:.3f}",
+                    *(_cost_and_seconds(per.get(m), m) for m in methods)])
+    return table(["graph", "K", "ops", "before", *(SUBST_LABELS[SUBST_METHODS.index(m)] for m in methods)],
+                 "lrrr" + "r" * len(methods), out)
 
 
 @renderer("magis_substitutions")
@@ -420,20 +436,436 @@ def _incremental_substitution() -> str:
 
 # ---- figures in prose ----------------------------------------------------------------------------
 
+FIGURES: dict[str, Callable[[], str]] = {}
+
+
+def fig(name: str):
+    """Registers a named figure of the prose: ``<!-- fig:NAME -->...<!-- /fig -->``."""
+    def deco(f):
+        FIGURES[name] = f
+        return f
+    return deco
+
+
+def span(values, fmt: str = "{:.2f}", unit: str = "") -> str:
+    """``lo-hi`` of ``values`` (one value where they agree when formatted)."""
+    lo, hi = fmt.format(min(values)), fmt.format(max(values))
+    return (lo if lo == hi else f"{lo}-{hi}") + unit
+
+
+def of(n: int, total: int) -> str:
+    return f"{n} of {total}"
+
+
+def _same(a: float, b: float) -> bool:
+    return abs(a - b) <= 1e-9 * max(abs(a), abs(b))
+
+
+def _subst_value(r: dict, key: str) -> str:
+    """One field of an OCGGS search's result, formatted by its kind."""
+    v = r[key]
+    if key.endswith("_ms"):
+        return f"{v:.4f}"
+    if key in ("states", "matches", "steps", "ops"):
+        return f"{v:,}"
+    if key == "memory_bytes":
+        return gib(v)
+    if key.endswith("seconds"):
+        return f"{v:.1f} s"
+    raise KeyError(key)
+
+
+def _table3() -> dict[str, dict[str, dict]]:
+    return load("substitutions")["table3"]
+
+
+@fig("substitutions.sampling_seconds")
+def _f_sampling_seconds() -> str:
+    return span([per["sampling"]["seconds"] for per in _table3().values()], "{:.1f}", " s")
+
+
+def _sampling_vs(other: str) -> tuple[list[str], list[str]]:
+    """The graphs where Sampling's cost equals ``other``'s, and those where it is lower."""
+    same, lower = [], []
+    for g, per in _table3().items():
+        s, o = per["sampling"]["cost_after_ms"], per[other]["cost_after_ms"]
+        (same if _same(s, o) else lower if s < o else []).append(g)
+    return same, lower
+
+
+@fig("substitutions.sampling_reaches_taso")
+def _f_sampling_reaches_taso() -> str:
+    same, lower = _sampling_vs("taso")
+    return of(len(same) + len(lower), len(_table3()))
+
+
+@fig("substitutions.sampling_beats_taso")
+def _f_sampling_beats_taso() -> str:
+    return str(len(_sampling_vs("taso")[1]))
+
+
+@fig("substitutions.sampling_beats_taso.graphs")
+def _f_sampling_beats_taso_graphs() -> str:
+    return ", ".join(_sampling_vs("taso")[1])
+
+
+@fig("substitutions.greedy_matches_sampling")
+def _f_greedy_matches_sampling() -> str:
+    return of(len(_sampling_vs("greedy")[0]), len(_table3()))
+
+
+def _gain(per: dict) -> float:
+    r = per["sampling"]
+    return 100 * (1 - r["cost_after_ms"] / r["cost_before_ms"])
+
+
+BATCH_32 = ("bert_base",)  # the one graph of Table 3 not at batch 1
+
+
+@fig("substitutions.gain_range_batch1")
+def _f_gain_range() -> str:
+    return span([_gain(per) for g, per in _table3().items() if g not in BATCH_32], "{:.0f}", "%")
+
+
+@fig("substitutions.blocks.sampling_gap")
+def _f_blocks_gap() -> str:
+    """The most Sampling's cost is above an exact search's that finished, on the block stacks."""
+    gaps = [0.0]
+    for per in load("substitutions")["blocks"].values():
+        done = [r["cost_after_ms"] for m, r in per.items() if m in EXACT and r.get("complete")]
+        if done and "cost_after_ms" in per["sampling"]:
+            gaps.append(per["sampling"]["cost_after_ms"] - min(done))
+    return f"{max(gaps):.3f} ms"
+
+
+@fig("substitutions.blocks.sampling_seconds_max")
+def _f_blocks_seconds() -> str:
+    return f"{max(per['sampling']['seconds'] for per in load('substitutions')['blocks'].values()):.1f} s"
+
+
+@fig("swapadvisor_pools.minutes")
+def _f_pools_minutes() -> str:
+    return f"{sum(r['seconds'] for r in load('swapadvisor_pools')['rows']) / 60:.0f} minutes"
+
+
+def _complete_pools() -> list[dict]:
+    return [r for r in load("swapadvisor_pools")["rows"] if r["complete"]]
+
+
+@fig("swapadvisor_pools.ga_below_best_pool")
+def _f_ga_below() -> str:
+    return f"{max(0.0, *(r['pool_ceiling'] - r['swapadvisor'] for r in _complete_pools())):.3f}"
+
+
+@fig("swapadvisor_pools.ga_above_best_pool")
+def _f_ga_above() -> str:
+    return f"{max(0.0, *(r['swapadvisor'] - r['pool_ceiling'] for r in _complete_pools())):.2f}"
+
+
+PAPER_SA = 0.53  # SwapAdvisor's paper: 53-99% of ideal
+
+
+def _sa_rows(name: str = "swapadvisor") -> list[tuple[dict, float]]:
+    """The rows where SwapAdvisor found a plan, with its throughput."""
+    return [(r, r["cells"]["swapadvisor"]["throughput"]) for r in load(name)["rows"]
+            if r["cells"].get("swapadvisor", {}).get("throughput") is not None]
+
+
+def _cells(rows: list[dict]) -> str:
+    return ", ".join(f"{r['workload']} {r['fraction']}" for r in rows)
+
+
+@fig("swapadvisor.sa_plans")
+def _f_sa_plans() -> str:
+    return str(len(_sa_rows()))
+
+
+@fig("swapadvisor.sa_in_paper_range")
+def _f_sa_in() -> str:
+    return str(len([r for r, t in _sa_rows() if t >= PAPER_SA]))
+
+
+@fig("swapadvisor.sa_in_paper_range.cells")
+def _f_sa_in_cells() -> str:
+    return _cells([r for r, t in _sa_rows() if t >= PAPER_SA])
+
+
+@fig("swapadvisor.sa_in_paper_range.values")
+def _f_sa_in_values() -> str:
+    return span([t for r, t in _sa_rows() if t >= PAPER_SA])
+
+
+def _ceiling_below() -> list[dict]:
+    return [r for r, t in _sa_rows() if t < PAPER_SA and r["swap_ceiling"] < PAPER_SA]
+
+
+@fig("swapadvisor.ceiling_below_paper")
+def _f_ceiling_below() -> str:
+    return str(len(_ceiling_below()))
+
+
+@fig("swapadvisor.ceiling_below_paper.cells")
+def _f_ceiling_below_cells() -> str:
+    return _cells(_ceiling_below())
+
+
+@fig("swapadvisor.ceiling_below_paper.values")
+def _f_ceiling_below_values() -> str:
+    return span([r["swap_ceiling"] for r in _ceiling_below()])
+
+
+def _throughput(r: dict, method: str) -> float | None:
+    return r["cells"].get(method, {}).get("throughput")
+
+
+def _row_value(r: dict, key: str) -> float | None:
+    """``swap_ceiling``, ``sa_odswap`` (SwapAdvisor's throughput over ODSwap's), ``ceiling_odswap``
+    (the swap ceiling over ODSwap's throughput) or a method's throughput, of one row."""
+    if key == "swap_ceiling":
+        return r["swap_ceiling"]
+    if key in ("sa_odswap", "ceiling_odswap"):
+        top = _throughput(r, "swapadvisor") if key == "sa_odswap" else r["swap_ceiling"]
+        od = _throughput(r, "odswap")
+        return None if top is None or od is None else top / od
+    return _throughput(r, key)
+
+
+def _row_fmt(key: str, v: float) -> str:
+    return f"{v:.2f}x" if key == "sa_odswap" else f"{v:.1f}x" if key == "ceiling_odswap" else f"{v:.2f}"
+
+
+def _swap_figure(name: str, parts: list[str]) -> str:
+    """``swapadvisor[_v100].WORKLOAD.N.KEY`` (the limit 1/N; KEY as ``_row_value``, or
+    ``METHOD.FIELD`` of its cell) and ``swapadvisor[_v100].range.KEY.W1+W2`` (``all``: every workload)."""
+    rows = load(name)["rows"]
+    if parts[0] == "range":
+        key, ws = parts[1], parts[2].split("+")
+        vals = [_row_value(r, key) for r in rows if parts[2] == "all" or r["workload"] in ws]
+        vals = [v for v in vals if v is not None]
+        lo, hi = _row_fmt(key, min(vals)), _row_fmt(key, max(vals))
+        return lo if lo == hi else f"{lo.rstrip('x')}-{hi}"
+    w, n, key = parts[0], parts[1], parts[2]
+    r = next(r for r in rows if r["workload"] == w and r["fraction"] == f"1/{n}")
+    if len(parts) == 3:
+        return _row_fmt(key, _row_value(r, key))
+    v = r["cells"][key][parts[3]]
+    return f"{v / 1e9:.1f} GB" if parts[3].startswith("bytes") else str(v)
+
+
+@fig("magis_substitutions.resnet50.prepass_change")
+def _f_prepass() -> str:
+    r = next(r for r in load("magis_substitutions")["rows"] if r["workload"] == "resnet50")
+    return f"{100 * (r['prepass_latency_ratio'] - 1):+.2f}%"
+
+
+@fig("incremental_substitution.ops")
+def _f_incremental_ops() -> str:
+    return span([t["ops"] for t in load("incremental_substitution")["tests"]], "{}")
+
+
+FUSION_SCHEMES = {"lbdf": "LBDF", "brr": "BRR"}
+
+
+def _fusion_label(r: dict) -> str:
+    return f"{FUSION_GRAPHS.get(r['graph'], r['graph'])} {FUSION_SCHEMES[r['scheme']]} {r['buffer_kib']} KiB"
+
+
+@fig("fusion.minutes")
+def _f_fusion_minutes() -> str:
+    return f"{load('fusion')['seconds'] / 60:.0f} min"
+
+
+@fig("fusion.guided_not_worse")
+def _f_guided_not_worse() -> str:
+    cells = [(r["search"][f"{s}/grad"]["best"][b], r["search"][f"{s}/none"]["best"][b])
+             for r in load("fusion")["rows"] for s, _ in FUSION_SEARCHES for b in r["search"][f"{s}/none"]["best"]]
+    return of(sum(g <= n for g, n in cells), len(cells))
+
+
+def _guided_1k_vs_random_4k() -> list[tuple[str, dict, float]]:
+    """Per row and search: the guided search's best after 1k plans over the random split's after 4k, - 1."""
+    d = load("fusion")
+    lo, hi = str(min(d["budgets"])), str(max(d["budgets"]))
+    return [(s, r, r["search"][f"{s}/grad"]["best"][lo] / r["search"][f"{s}/none"]["best"][hi] - 1)
+            for r in d["rows"] for s, _ in FUSION_SEARCHES]
+
+
+def _guided_counts(searches: str) -> tuple[int, int, int]:
+    vs = [v for s, _, v in _guided_1k_vs_random_4k() if searches == "all" or s in searches.split("+")]
+    return sum(v < 0 for v in vs), sum(v == 0 for v in vs), sum(v > 0 for v in vs)
+
+
+for _i, _what in enumerate(("beats", "ties", "loses")):
+    fig(f"fusion.guided_1k_vs_random_4k.{_what}")(lambda i=_i: str(_guided_counts("all")[i]))
+fig("fusion.guided_1k_vs_random_4k.cells")(lambda: str(sum(_guided_counts("all"))))
+for _s in ("random+nsga2", "local"):
+    fig(f"fusion.guided_1k_vs_random_4k.not_worse.{_s}")(
+        lambda s=_s: of(sum(_guided_counts(s)[:2]), sum(_guided_counts(s))))
+
+
+@fig("fusion.guided_1k_vs_random_4k.losses")
+def _f_guided_losses() -> str:
+    losses = sorted(((v, s, r) for s, r, v in _guided_1k_vs_random_4k() if v > 0), key=lambda t: -t[0])
+    return ", ".join(f"{s} on {_fusion_label(r)} +{100 * v:.{1 if v >= 1e-3 else 2}f}%" for v, s, r in losses)
+
+
+def _fusion_row(graph: str, scheme: str, kib: str) -> dict:
+    return next(r for r in load("fusion")["rows"]
+                if r["graph"] == graph and r["scheme"] == scheme and r["buffer_kib"] == int(kib))
+
+
+def _fusion_figure(parts: list[str]) -> str:
+    """``fusion.GRAPH.SCHEME.KIB.KEY``: ``ops``, ``unfusable``, ``best_vs_unfused`` (the best guided plan's
+    DRAM below the unfused plan's), ``gnn_vs_grad`` (the most GNNExplainer's 1k-plan searches differ from
+    the gradient's), ``gnn_cost`` (GNNExplainer's seconds per explanation over the gradient's), or
+    ``SEARCH.EXPLAINER`` (the best DRAM after 1k plans, MB)."""
+    r = _fusion_row(*parts[:3])
+    key = parts[3:]
+    lo = str(min(load("fusion")["budgets"]))
+    if key == ["ops"] or key == ["unfusable"]:
+        return str(r[key[0]])
+    if key == ["best_vs_unfused"]:
+        hi = str(max(load("fusion")["budgets"]))
+        best = min(v["best"][hi] for k, v in r["search"].items() if k.endswith("/grad"))
+        return f"{100 * (1 - best / r['trivial_dram']):.1f}%"
+    if key == ["gnn_vs_grad"]:
+        best = {k: v["best"][lo] for k, v in r["search"].items()}
+        return f"{100 * max(abs(best[f'{s}/gnn'] / best[f'{s}/grad'] - 1) for s, _ in FUSION_SEARCHES):.1f}%"
+    if key == ["gnn_cost"]:
+        return f"{r['rectify']['gnn']['seconds'] / r['rectify']['grad']['seconds']:.0f}x"
+    if len(key) == 2:
+        return f"{r['search'][f'{key[0]}/{key[1]}']['best'][lo] / MB:.1f}"
+    raise KeyError(".".join(parts))
+
+
+def _rectified(name: str = "fusion") -> list[dict]:
+    return [r for r in load(name)["rows"] if r["rectify"]["groups"]]
+
+
+EXPLAINERS = ("gnn", "grad", "oracle", "random")
+
+
+def _mean_rate(name: str, explainer: str) -> float:
+    rows = _rectified(name)
+    return sum(r["rectify"][explainer]["rectify_rate"] for r in rows) / len(rows)
+
+
+def _repaired_dram(explainer: str) -> float:
+    """The DRAM of the repaired groups of the 2-edge run, summed (``random_split``: the random split's)."""
+    rows = [r["rectify"] for r in _rectified("fusion_rectify_k2")]
+    return sum(r["random_split_dram"] if explainer == "random_split" else r[explainer]["dram"] for r in rows)
+
+
+@fig("fusion.rectify.configurations")
+def _f_rectify_configs() -> str:
+    return str(len(_rectified()))
+
+
+@fig("fusion.rectify.none")
+def _f_rectify_none() -> str:
+    return ", ".join(_fusion_label(r) for r in load("fusion")["rows"] if not r["rectify"]["groups"])
+
+
+@fig("fusion.rectify.range")
+def _f_rectify_range() -> str:
+    return span([100 * r["rectify"][e]["rectify_rate"] for r in _rectified() for e in EXPLAINERS], "{:.0f}", "%")
+
+
+@fig("fusion.rectify.median_size")
+def _f_rectify_size() -> str:
+    sizes = sorted(r["rectify"]["mean_size"] for r in _rectified())
+    n = len(sizes)
+    return f"{(sizes[n // 2] + sizes[(n - 1) // 2]) / 2:.1f}"
+
+
+for _name in ("fusion", "fusion_rectify_k2"):
+    for _e in EXPLAINERS:
+        fig(f"{_name}.rectify.mean.{_e}")(lambda n=_name, e=_e: f"{100 * _mean_rate(n, e):.0f}%")
+        if _name == "fusion_rectify_k2":
+            fig(f"{_name}.rectify.min.{_e}")(
+                lambda n=_name, e=_e: f"{100 * min(r['rectify'][e]['rectify_rate'] for r in _rectified(n)):.0f}%")
+for _e in (*EXPLAINERS, "random_split"):
+    fig(f"fusion_rectify_k2.dram.{_e}")(lambda e=_e: f"{_repaired_dram(e) / MB:,.0f}")
+fig("fusion_rectify_k2.seconds")(lambda: f"{load('fusion_rectify_k2')['seconds']:.0f} s")
+for _sch in FUSION_SCHEMES:
+    for _key in ("accuracy", "majority"):
+        fig(f"fusion.classifier.{_sch}.{_key}")(
+            lambda s=_sch, k=_key: f"{100 * load('fusion')['classifiers'][s][k]:.1f}%")
+
+
+fig("fusion.classifier.samples")(lambda: span([c["samples"] for c in load("fusion")["classifiers"].values()], "{:,}"))
+
+
+@fig("zoo.models")
+def _f_zoo_models() -> str:
+    return str(len(load("zoo")["models"]))
+
+
+@fig("zoo.time_budgets")
+def _f_zoo_budgets() -> str:
+    return span([m["time_budget"] for m in load("zoo")["models"]], "{:.0f}", " s")
+
+
+@fig("states.bytes_per_state")
+def _f_state_bytes() -> str:
+    return span([r["bytes_per_state"] / 1e3 for r in load("states")], "{:.1f}", " KB")
+
+
+@fig("fidelity.minutes")
+def _f_fidelity_minutes() -> str:
+    return f"{load('fidelity')['seconds']['total'] / 60:.0f} minutes"
+
+
+@fig("fidelity.points")
+def _f_fidelity_points() -> str:
+    return str(len(load("fidelity")["rows"]))
+
+
+MID_WORKLOADS = ("resnet_mid", "bert_mid")  # built by bench/fidelity.py; the rest are the tiny samples
+
+
+@fig("fidelity.tiny_samples")
+def _f_fidelity_tiny() -> str:
+    return str(len([w for w in load("fidelity")["workloads"] if w not in MID_WORKLOADS]))
+
+
+@fig("corpus.models")
+def _f_corpus_models() -> str:
+    return str(len(load("corpus")["rows"]))
+
+
 def figure(name: str) -> str:
-    """A figure by its dotted name: ``zoo.MODEL.METHOD.KEY`` and ``pareto.WORKLOAD.METHOD.KEY`` (a
-    ratio or overhead of that method's row), ``zoo.MODEL.eager_peak``, ``fidelity.METRIC``."""
+    """A figure by its name: one of ``FIGURES``, or by its dotted path: ``zoo.MODEL.METHOD.KEY`` and
+    ``pareto.WORKLOAD.METHOD.KEY`` (a ratio, overhead or point count of that method's row),
+    ``pareto.WORKLOAD.nodes``, ``zoo.MODEL.floor_ratio``, ``fidelity.MODEL.METRIC``,
+    ``unet_norm.WORKLOAD.bn|plain.KEY``, ``workloads.WORKLOAD.ops``, ``windows.WORKLOAD.KEY``,
+    ``substitutions.table3.GRAPH.METHOD.KEY``, ``substitutions.memory.M1+M2``, ``substitutions.gain.GRAPH``,
+    ``substitutions_long.GRAPH.METHOD.KEY`` and
+    ``substitutions_long.GRAPH.speedup``, ``swapadvisor[_v100]...`` (``_swap_figure``),
+    ``swapadvisor_pools.WORKLOAD.largest``,
+    ``fusion.GRAPH.SCHEME.KIB...`` (``_fusion_figure``)."""
+    if name in FIGURES:
+        return FIGURES[name]()
     parts = name.split(".")
     kind = parts[0]
+    try:
+        return _path_figure(kind, parts)
+    except (KeyError, StopIteration, IndexError, TypeError, ValueError):
+        raise KeyError(f"no figure named {name!r}") from None
+
+
+def _path_figure(kind: str, parts: list[str]) -> str:
     if kind in ("zoo", "pareto") and len(parts) == 4:
         _, w, method, key = parts
         rows = (next(m["rows"] for m in load("zoo")["models"] if m["model"] == w) if kind == "zoo"
                 else [r for r in load("pareto")["rows"] if r["workload"] == w])
         v = next(r for r in rows if r["method"] == method)[key]
-        return x(v) if key.startswith("peak") else pct(v)
+        return str(v) if key == "points" else x(v) if key.startswith("peak") else pct(v)
+    if kind == "pareto" and len(parts) == 3 and parts[2] == "nodes":
+        return f"{next(w for w in load('pareto')['workloads'] if w['workload'] == parts[1])['nodes']:,}"
     if kind == "zoo" and len(parts) == 3 and parts[2] == "floor_ratio":
         return f"{next(m for m in load('zoo')['models'] if m['model'] == parts[1])['floor_ratio']:.3f}x"
-    if kind == "fidelity":
+    if kind == "fidelity" and len(parts) == 3:
         s = load("fidelity")["summary"]
         model, metric = parts[1], parts[2]
         if metric == "spearman":
@@ -446,7 +878,34 @@ def figure(name: str) -> str:
         _, w, bn, key = parts
         r = next(r for r in load("unet_norm")["rows"] if r["workload"] == w and r["batch_norm"] == (bn == "bn"))
         return x(r[key])
-    raise KeyError(f"no figure named {name!r}")
+    if kind == "workloads" and len(parts) == 3 and parts[2] == "ops":
+        return f"{next(w for w in load('workloads') if w['workload'] == parts[1])['ops']:,}"
+    if kind == "windows" and len(parts) == 3:
+        r = next(r for r in load("windows") if r["workload"] == parts[1])
+        if parts[2] == "child_seconds":  # one child's evaluation, unbounded
+            return f"{1 / r['before_children_per_s']:.2f} s"
+        return f"{r[parts[2]]:,.0f}"
+    if kind == "substitutions" and len(parts) == 3 and parts[1] == "memory":  # the search processes' peaks
+        ms = parts[2].split("+")
+        return span([per[m]["memory_bytes"] / 2**20 for per in _table3().values() for m in ms], "{:.0f}", " MiB")
+    if kind == "substitutions" and len(parts) == 3 and parts[1] == "gain":  # Sampling's, of the cost before
+        return f"{_gain(_table3()[parts[2]]):.2f}%"
+    if kind == "substitutions" and len(parts) == 5 and parts[1] == "table3":
+        return _subst_value(_table3()[parts[2]][parts[3]], parts[4])
+    if kind == "substitutions_long" and len(parts) in (3, 4):
+        per = load("substitutions_long")["long"][parts[1]]
+        if parts[2:] == ["speedup"]:  # TASO-style's time to Sampling's cost (or its whole run) over Sampling's
+            taso = per["taso"]["best_seconds" if per["taso_reaches_sampling"] else "seconds"]
+            return f"{taso / per['sampling']['seconds']:.0f}x"
+        return _subst_value(per[parts[2]], parts[3])
+    if kind in ("swapadvisor", "swapadvisor_v100") and len(parts) >= 4:
+        return _swap_figure(kind, parts[1:])
+    if kind == "swapadvisor_pools" and len(parts) == 3 and parts[2] == "largest":  # its largest tensor size
+        r = next(r for r in load("swapadvisor_pools")["rows"] if r["workload"] == parts[1])
+        return gib(max(r["allocation"]["sizes"]))
+    if kind == "fusion" and len(parts) >= 5:
+        return _fusion_figure(parts[1:])
+    raise KeyError(".".join(parts))
 
 
 # ---- rendering and checking ----------------------------------------------------------------------

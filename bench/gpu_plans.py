@@ -68,9 +68,25 @@ def export(out: Path, which: list[str]) -> int:
     return 0
 
 
+def torch_device(name: str):
+    """``core.codegen.runtime.torch_device`` (the check every exported script makes of ``--device``),
+    loaded from its file: the runtime needs only torch, the rest of ``core`` is not imported."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("magis_runtime", ROOT / "core" / "codegen" / "runtime.py")
+    runtime = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(runtime)
+    return runtime.torch_device(name)
+
+
 def run(d: Path, device: str) -> int:
     import torch
 
+    try:
+        device = str(torch_device(device))
+    except ValueError as e:  # DeviceError: no CUDA in this torch, no such GPU, a malformed name
+        print(f"gpu_plans: error: {e}", file=sys.stderr)
+        return 2
     man = json.loads((d / "manifest.json").read_text())
     rows = []
     for m in man["plans"]:
@@ -129,7 +145,7 @@ def main(argv: list[str] | None = None) -> int:
     e.add_argument("points", nargs="*", help="SAMPLE:POINT (default: every point with a Swap)")
     r = sub.add_parser("run", help="run the scripts of DIR (torch only)")
     r.add_argument("dir", type=Path)
-    r.add_argument("--device", default="cuda")
+    r.add_argument("--device", default="cuda", help="torch device the scripts run on (default: %(default)s)")
     a = ap.parse_args(argv)
     return export(a.dir, a.points) if a.cmd == "export" else run(a.dir, a.device)
 

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from .analysis.allocator import AllocatorReplay, MemEvent, plan_events, replay
 from .analysis.lifetimes import MemoryProfile, Storage, memory_over_time, memory_profile, storage_table
 from .cost.devices import duplex_factor
 from .cost.model import AnalyticCost, CostModel
@@ -174,4 +175,29 @@ def simulate(g: Graph, order: Sequence[int], cost: CostModel | None = None,
     return SimResult(order, start, end, stream, latency, mem, issue, g, done)
 
 
-__all__ = ["SimResult", "async_copies", "copies_done", "simulate", "stream_times", "TRef"]
+__all__ = ["ReservedPrediction", "SimResult", "async_copies", "copies_done", "predict_reserved", "simulate", "stream_times", "TRef"]
+
+
+# ---- the caching allocator's reserved bytes of a plan (core.analysis.allocator) -------------------
+@dataclass
+class ReservedPrediction:
+    """A plan's predicted caching-allocator behaviour next to its live-bytes peak."""
+
+    live_peak: int  # the simulator's peak (live storage bytes)
+    replay: AllocatorReplay
+    events: list[MemEvent]
+
+    @property
+    def reserved_peak(self) -> int:
+        return self.replay.reserved_peak
+
+
+def predict_reserved(g: Graph, order: Sequence[int], cost=None, capacity: int | None = None,
+                     swap_streams: bool = False, waits: Sequence[tuple[int, int]] = (),
+                     sim=None) -> ReservedPrediction:
+    """Simulate ``(g, order)`` (or take ``sim``), turn it into the exported script's events and
+    replay them: the predicted ``max_memory_reserved`` of running the plan on a GPU."""
+    if sim is None:
+        sim = simulate(g, order, cost, swap_streams=swap_streams, waits=waits)
+    events = plan_events(g, order, sim.copy_done)
+    return ReservedPrediction(int(sim.peak), replay(events, capacity), events)

@@ -47,10 +47,12 @@ import torch
 from torch import nn
 
 from .codegen.emit import generate_source
+from .codegen.runtime import torch_device
 from .cost.devices import DEVICES
 from .cost.measured import default_cache_dir
 from .cost.model import AnalyticCost
 from .fmt import format_bytes
+from .frontend.target import retarget
 from .frontend.workload import capture_workload
 from .ir.graph import Graph
 from .search.limits import MemoryLimit
@@ -194,7 +196,7 @@ class PlanStep:
         self.module = module
         self.loss_fn = loss_fn
         self.limit = None if memory_limit is None else MemoryLimit.parse(memory_limit)
-        self.device = torch.device(device) if device is not None else _module_device(module)
+        self.device = torch_device(device) if device is not None else _module_device(module)  # DeviceError first
         self.profile = profile or default_profile(self.device)
         if self.profile not in DEVICES:
             raise ValueError(f"unknown device profile {self.profile!r}; known: {', '.join(DEVICES)}")
@@ -255,8 +257,11 @@ class PlanStep:
     # ---- planning -----------------------------------------------------------------------------
     def _capture(self, inputs: tuple) -> Graph:
         w = types.SimpleNamespace(module=self.module, inputs=inputs, loss_fn=self.loss_fn, name=self.name)
-        return capture_workload(w, training=True, name=self.name, fix_random_reads=self.fix_random_reads,
-                                progress=lambda m: self._say(f"capturing: {m}"))
+        g = capture_workload(w, training=True, name=self.name, fix_random_reads=self.fix_random_reads,
+                             progress=lambda m: self._say(f"capturing: {m}"))
+        if self.device.type == "cuda":  # the kernels a CUDA run executes, not the CPU capture's
+            self._say(f"capturing: retargeted to {retarget(g, 'cuda').summary()}")
+        return g
 
     def _build(self, inputs: tuple, given: str | Path | PlanFile | None) -> CompiledPlan:
         try:
@@ -469,7 +474,9 @@ def plan_step(module: nn.Module, loss_fn: Callable[..., torch.Tensor], example_i
     dropped, as ``magis import --fix-random-reads``; the plan then always runs every layer).
 
     Raises ``ImportErrorMAGIS`` (the importer's one line) for a model that cannot be captured,
-    ``TypeError`` for a non-module, ``ValueError`` for a bad limit, ``PlanError`` for a bad plan file.
+    ``TypeError`` for a non-module, ``ValueError`` for a bad limit, ``PlanError`` for a bad plan file,
+    ``DeviceError`` (a ``ValueError``, before any capture) for a ``device`` this torch cannot run on
+    (``"cuda"`` on a CPU-only torch, ``"cuda:x"``): ``core.codegen.runtime.torch_device``.
     """
     return PlanStep(module, loss_fn, example_inputs, memory_limit=memory_limit, plan=plan, device=device,
                     **options)
@@ -495,3 +502,4 @@ def _safe(s: str) -> str:
 
 __all__ = ["CompiledPlan", "LimitWarning", "NewShapeWarning", "PlanStep", "StderrLine", "cache_key",
            "compile_plan_source", "default_profile", "plan_cache_dir", "plan_step"]
+

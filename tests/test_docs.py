@@ -4,6 +4,7 @@ what ``bench/docs.py`` renders from ``bench/results/*.json``, and the site build
 
 from __future__ import annotations
 
+import copy
 import importlib.util
 import subprocess
 import sys
@@ -53,6 +54,42 @@ def test_an_edited_figure_is_reported():
     edited = text[:start] + "0.594x" + text[start + len(value):]
     found = docs.differences(edited)
     assert value != "0.594x" and len(found) == 1 and "0.594x" in found[0] and value in found[0], found
+
+
+def test_every_named_figure_is_quoted_in_the_docs():
+    used = {m["name"] for p in docs.doc_files() for m in docs.FIG.finditer(p.read_text())}
+    assert set(docs.FIGURES) <= used, set(docs.FIGURES) - used
+
+
+def test_a_prose_figure_follows_its_json(monkeypatch):
+    """A changed result in the JSON makes the committed figure stale, and rendering writes the new one."""
+    text = (ROOT / "docs" / "swapadvisor.md").read_text()
+    tag = "<!-- fig:swapadvisor.btlm_3b.8.magis_pool -->"
+    assert tag in text
+    data = copy.deepcopy(docs.load("swapadvisor"))
+    row = next(r for r in data["rows"] if r["workload"] == "btlm_3b" and r["fraction"] == "1/8")
+    row["cells"]["magis_pool"]["throughput"] = 0.5
+    real = docs.load
+    monkeypatch.setattr(docs, "load", lambda name: data if name == "swapadvisor" else real(name))
+    found = docs.differences(text)
+    assert any(d.startswith("fig:swapadvisor.btlm_3b.8.magis_pool,") and "'0.50'" in d for d in found), found
+    assert f"{tag}0.50<!-- /fig -->" in docs.render(text)
+
+
+def test_the_k_scaling_table_has_every_run():
+    rows = docs.load("substitutions")["k_scaling"]
+    body = docs.RENDERERS["substitutions_k_scaling"]().splitlines()[2:]
+    assert len(body) == len(rows) > 0
+    for line, name in zip(body, rows, strict=True):
+        graph, k = name.rsplit(" K=", 1)
+        assert line.startswith(f"| {graph.replace('_', ' ')} | {k} |"), (line, name)
+
+
+def test_an_unknown_figure_name_is_an_error():
+    with pytest.raises(KeyError, match="no figure named"):
+        docs.render("<!-- fig:pareto.nonesuch.magis.peak_at_10pct --><!-- /fig -->")
+    with pytest.raises(KeyError, match="no figure named"):
+        docs.figure("nonesuch")
 
 
 def test_an_unknown_table_name_is_an_error():

@@ -65,6 +65,27 @@ def graph_dtype(g: Graph) -> str:
         if c:
             return c.most_common(1)[0][0]
     return "float32"
+
+# ops whose products run in their output's dtype: under autocast these are the bfloat16 / float16 ones
+_PRODUCT_OPS = ("mm.", "bmm.", "addmm.", "baddbmm.", "matmul.", "linear.", "convolution.", "scaled_dot_product")
+
+
+def compute_dtype(g: Graph) -> str | None:
+    """The lowest-precision floating dtype a matrix product, convolution or attention of ``g``
+    computes in when it is below the weights' dtype (mixed precision: autocast's bfloat16 products
+    over float32 weights), else None.  Outputs derived from such products -- the float32 loss and
+    gradients included -- carry its rounding, so they are compared at its tolerance."""
+    base = tolerance(graph_dtype(g))[0]
+    low = None
+    for n in g.ops():
+        if not n.op.removeprefix("aten.").lstrip("_").startswith(_PRODUCT_OPS):
+            continue
+        for t in n.outputs:
+            if t.dtype in TOLERANCES and tolerance(t.dtype)[0] > max(base, tolerance(low)[0] if low else 0.0):
+                low = t.dtype
+    return low
+
+
 PEAK_TOL = 0.02  # measured vs simulated peak
 
 
@@ -184,18 +205,22 @@ def _eager_outputs(g: Graph, module: nn.Module, inputs: Sequence[torch.Tensor],
 
 
 def compare(got: dict[str, torch.Tensor], ref: dict[str, torch.Tensor], keys: Sequence[str],
-            rtol: float | None = RTOL, atol: float | None = ATOL) -> dict[str, dict[str, Any]]:
+            rtol: float | None = RTOL, atol: float | None = ATOL, floor: str | None = None
+            ) -> dict[str, dict[str, Any]]:
     """Per output: max abs error, max relative error (max |got - ref| / max |ref|, i.e. relative to
     the tensor's scale), the tolerance used (``rtol`` / ``atol``, default: the reference's dtype's,
     :data:`TOLERANCES`) and ``allclose``: |got - ref| <= atol + rtol * max |ref| element-wise, the
     dtypes equal (equal infinities and NaN in both count as equal, as in
-    ``torch.testing.assert_close(equal_nan=True)``)."""
+    ``torch.testing.assert_close(equal_nan=True)``).  ``floor``: a dtype whose tolerance floating
+    tensors get at least (the products' dtype of a mixed-precision graph, :func:`compute_dtype`)."""
     res: dict[str, dict[str, Any]] = {}
     for k in keys:
         if k not in ref:
             continue
         a, b = got.get(k), ref[k]
         r_d, a_d = tolerance(b.dtype)
+        if floor is not None and b.is_floating_point():
+            r_d, a_d = max(r_d, tolerance(floor)[0]), max(a_d, tolerance(floor)[1])
         r_t = r_d if rtol is None else rtol
         a_t = a_d if atol is None else atol
         if a is None or tuple(a.shape) != tuple(b.shape):
@@ -322,7 +347,8 @@ def verify_graph(g: Graph, order: Sequence[int], tensors: dict[str, torch.Tensor
 
     keys = list(g.outputs)
     drawn = per_part_draws(g)  # random numbers drawn per micro-batch: not eager's values
-    per = compare(got, ref, [k for k in keys if k not in drawn], rtol, atol)
+    low = compute_dtype(g)  # mixed precision: the products' rounding decides the float tolerances
+    per = compare(got, ref, [k for k in keys if k not in drawn], rtol, atol, floor=low)
     prof = sim.memory
     measured, simulated = int(mem["measured_peak_bytes"]), int(prof.peak)
     ratio = measured / simulated if simulated else float("nan")
@@ -337,7 +363,9 @@ def verify_graph(g: Graph, order: Sequence[int], tensors: dict[str, torch.Tensor
     r_d, a_d = tolerance(dtype)
     res: dict[str, Any] = {
         "name": g.name, "schedule": schedule, "seed": seed, "ops": len(order), "dtype": dtype,
-        "rtol": r_d if rtol is None else rtol, "atol": a_d if atol is None else atol,
+        "compute_dtype": low or dtype,
+        "rtol": (max(r_d, tolerance(low)[0]) if low else r_d) if rtol is None else rtol,
+        "atol": (max(a_d, tolerance(low)[1]) if low else a_d) if atol is None else atol,
         "tolerance": "per dtype (torch.testing), relative to each tensor's magnitude",
         "allclose": all(v["allclose"] for v in per.values()),
         "compared": len(per), "missing_reference": sorted(set(keys) - set(ref)), "what": compared_what(per),

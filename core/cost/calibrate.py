@@ -222,7 +222,7 @@ def fit(records: Sequence[dict[str, Any]], base: DeviceProfile, per_op: bool = T
     before, after = log_errors(effective(base), recs), log_errors(consts, recs)
     report = {"records": {c: len(v) for c, v in by.items()},
               "rms_log_error_before": _rms(before), "rms_log_error_after": _rms(after),
-              "median_abs_rel_error_before": _med_rel(before), "median_abs_rel_error_after": _med_rel(after)}
+              "median_abs_rel_error_before": median_rel_error(before), "median_abs_rel_error_after": median_rel_error(after)}
     if per_op:
         report["op_fits"] = len(consts["op_fits"])
     return consts, report
@@ -249,7 +249,7 @@ def _rms(e: np.ndarray) -> float | None:
     return float(np.sqrt(np.mean(e**2))) if len(e) else None
 
 
-def _med_rel(e: np.ndarray) -> float | None:
+def median_rel_error(e: np.ndarray) -> float | None:
     return float(np.median(np.abs(np.expm1(e)))) if len(e) else None
 
 
@@ -314,7 +314,7 @@ def calibrate(base: str, graphs: Iterable[Any] = (), cache_dir: str | os.PathLik
     m.save()
     consts, report = fit(m.records(), prof)
     held = held_out_errors(m.records(), prof)
-    report["rms_log_error_held_out"], report["median_abs_rel_error_held_out"] = _rms(held), _med_rel(held)
+    report["rms_log_error_held_out"], report["median_abs_rel_error_held_out"] = _rms(held), median_rel_error(held)
     if host:
         bw = host_bandwidth(m.torch_device)
         consts["host_bandwidth"] = float(bw["pinned"] or bw["pageable"])

@@ -329,6 +329,7 @@ def capture(
         raise
     say(f"converting {len(gm.graph.nodes)} fx nodes")
     g = _convert(gm, sig, training, name, inputs, _tied_parameters(model))
+    _mixed_batch_norm_stats(g)
     if training and sgd_lr is not None:
         _append_sgd(g, sgd_lr)
     if training and adam_lr is not None:
@@ -350,6 +351,27 @@ def capture(
     say(f"checking the graph ({len(g)} nodes)")
     g.validate()
     return g
+
+
+BATCH_NORMS = frozenset({"aten._native_batch_norm_legit_functional.default", "aten._native_batch_norm_legit.default",
+                         "aten._native_batch_norm_legit.no_stats", "aten._native_batch_norm_legit_no_training.default",
+                         "aten.native_batch_norm.default"})
+
+
+def _mixed_batch_norm_stats(g: Graph) -> None:
+    """Batch norm of a bfloat16 / float16 input with float32 weights, as autocast makes it (a
+    convolution run in bfloat16 feeds a batch norm whose parameters stay float32): the real kernel
+    (ATen's ``mixed_type`` batch norm; measured on the CPU) keeps the saved mean and inverse std --
+    outputs 1 and 2 of every variant -- in float32, while torch's fake kernel gives them the input's
+    dtype.  Their records get the real kernel's dtype, so a capture on fake tensors equals one on
+    real tensors (the same graph hash: a plan made from ``magis import`` runs in ``plan_step``)."""
+    def dtype(a: Any) -> str | None:
+        return g[a.node].outputs[a.index].dtype if isinstance(a, TRef) else None
+
+    for n in g.ops():
+        if (n.op in BATCH_NORMS and len(n.outputs) >= 3 and len(n.args) > 1
+                and dtype(n.args[0]) in ("bfloat16", "float16") and dtype(n.args[1]) == "float32"):
+            n.outputs[1].dtype = n.outputs[2].dtype = "float32"
 
 
 def _trace_until_done(wrapper: nn.Module, inputs: tuple[torch.Tensor, ...], training: bool,

@@ -620,11 +620,17 @@ def random_args(node: Node) -> bool:
 
 
 # ---- device-neutral export ------------------------------------------------------------------------
-# Device-specific kernels a CPU capture records -> the runtime function (``codegen.runtime``) the
-# exported script calls instead: the same outputs on any device (that kernel itself on the CPU).
+# Device-specific kernels -> the runtime function (``codegen.runtime``) the exported script calls
+# instead: the same outputs on any device.  The CPU kernel a CPU capture records runs as itself on
+# the CPU and as the fused kernel torch would pick on CUDA; the CUDA kernels of a graph retargeted
+# to CUDA (``frontend.target``) run as themselves on CUDA and as the CPU kernel on the CPU.
 DEVICE_NEUTRAL = {
     A + "_scaled_dot_product_flash_attention_for_cpu.default": "attention_forward",
     A + "_scaled_dot_product_flash_attention_for_cpu_backward.default": "attention_backward",
+    A + "_scaled_dot_product_efficient_attention.default": "efficient_attention_forward",
+    A + "_scaled_dot_product_efficient_attention_backward.default": "efficient_attention_backward",
+    A + "_scaled_dot_product_flash_attention.default": "flash_attention_forward",
+    A + "_scaled_dot_product_flash_attention_backward.default": "flash_attention_backward",
 }
 # Outputs laid out in memory like one of the op's inputs (argument position), not contiguously:
 # the attention output follows the query's layout (views the model takes of it rely on that).

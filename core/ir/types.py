@@ -28,6 +28,7 @@ class NodeKind(StrEnum):
 DTYPE_BYTES: dict[str, float] = {
     "float64": 8, "float32": 4, "float16": 2, "bfloat16": 2,
     "int64": 8, "int32": 4, "int16": 2, "int8": 1, "uint8": 1, "bool": 1,
+    "uint64": 8, "uint32": 4, "uint16": 2,  # CUDA flash attention's RNG state is uint64
     "complex64": 8, "complex128": 16,
     "float8_e4m3fn": 1, "float8_e5m2": 1,
 }

@@ -51,6 +51,7 @@ class Plan(HasMetrics):
     metrics: dict[str, float]  # named metrics (``core.metrics``): peak (bytes) and latency (s) at least
     label: str = ""  # what distinguishes it among its method's points ("budget 0.5", "limit 8 GiB")
     stats: dict[str, Any] = field(default_factory=dict)  # method-specific (search time, states, ...)
+    reserved_peak: int | None = None  # predicted CUDA caching-allocator reserved peak (analysis.allocator)
 
     def graph(self, imported: Graph) -> Graph:
         """The plan's graph: a copy of ``imported`` with the applications replayed."""
@@ -61,7 +62,8 @@ class Plan(HasMetrics):
         return {"method": self.method, "label": self.label, "peak": int(self.peak),
                 "latency": float(self.latency), **({"metrics": others} if others else {}),
                 "applications": [[a.rule, *map(int, a.params)] for a in self.applications],
-                "order": [int(v) for v in self.order], "stats": self.stats}
+                "order": [int(v) for v in self.order], "stats": self.stats,
+                **({"reserved_peak_bytes": int(self.reserved_peak)} if self.reserved_peak is not None else {})}
 
 
 def sim_options(plan: Plan) -> dict[str, Any]:
@@ -71,6 +73,24 @@ def sim_options(plan: Plan) -> dict[str, Any]:
         return {}
     waits = plan.stats.get("waits", [])
     return {"swap_streams": True, "waits": [(int(a), int(b)) for a, b in waits]}
+
+
+def reserved_peak_of(plan: Plan, imported: Graph, device: str = DEFAULT_PROFILE) -> int:
+    """The predicted reserved peak of the CUDA caching allocator running ``plan``'s exported script
+    (``simulate.predict_reserved``; swaps' release points from the analytic model of
+    ``device``)."""
+    from ..simulate import predict_reserved
+    from ..cost.model import AnalyticCost
+
+    return predict_reserved(plan.graph(imported), plan.order, AnalyticCost(device), **sim_options(plan)).reserved_peak
+
+
+def fill_reserved_peaks(pf: PlanFile, imported: Graph) -> PlanFile:
+    """Set ``reserved_peak`` on every point of ``pf`` that has none (in place; returns ``pf``)."""
+    for p in pf.points:
+        if p.reserved_peak is None:
+            p.reserved_peak = reserved_peak_of(p, imported, pf.device)
+    return pf
 
 
 def replay(imported: Graph, applications: Iterable[Application]) -> Graph:
@@ -139,8 +159,11 @@ def plans_to_bytes(pf: PlanFile, compress: bool = False) -> bytes:
     return gzip.compress(data, compresslevel=6, mtime=0) if compress else data
 
 
-def save_plans(pf: PlanFile, path: str | os.PathLike) -> Path:
-    """Write ``pf`` atomically (gzip when the name ends in .gz)."""
+def save_plans(pf: PlanFile, path: str | os.PathLike, graph: Graph | None = None) -> Path:
+    """Write ``pf`` atomically (gzip when the name ends in .gz); with ``graph`` (the imported graph),
+    each point's predicted reserved peak is computed first where it is missing."""
+    if graph is not None:
+        fill_reserved_peaks(pf, graph)
     path = Path(path)
     return atomic_write(path, plans_to_bytes(pf, compress=path.suffix == ".gz"))
 
@@ -226,6 +249,8 @@ def _point(p: Any, k: int) -> Plan:
     _need(isinstance(stats, dict), f"{w}: 'stats' is not an object")
     label = p.get("label", "")
     _need(isinstance(label, str), f"{w}: 'label' is not a string")
+    reserved = p.get("reserved_peak_bytes")  # absent in files written before it was computed
+    _need(reserved is None or (_int(reserved) and reserved >= 0), f"{w}: 'reserved_peak_bytes' is not a byte count")
     others = p.get("metrics", {})
     _need(isinstance(others, dict), f"{w}: 'metrics' is not an object")
     for k, v in others.items():
@@ -233,7 +258,7 @@ def _point(p: Any, k: int) -> Plan:
               f"{w}: unknown metric {str(k)[:40]!r} (known: {', '.join(METRICS)})")
         _need(isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v >= 0,
               f"{w}: metric {k!r} is not a non-negative number")
-    return Plan(p["method"], out, list(order), metrics(p["peak"], float(lat), **others), label, stats)
+    return Plan(p["method"], out, list(order), metrics(p["peak"], float(lat), **others), label, stats, reserved)
 
 
 def thin(points: Sequence[Plan], k: int) -> list[Plan]:
@@ -282,5 +307,6 @@ def merge_plans(old: PlanFile, new: PlanFile) -> PlanFile:
     return PlanFile(new.graph_name, new.graph_hash, new.device, points + eager, new.records or old.records, meta)
 
 
-__all__ = ["Plan", "PlanError", "PlanFile", "check_order", "load_plans", "merge_plans", "plans_from_bytes",
-           "plans_from_dict", "plans_to_bytes", "replay", "save_plans", "sim_options", "thin"]
+__all__ = ["Plan", "PlanError", "PlanFile", "check_order", "fill_reserved_peaks", "load_plans", "merge_plans",
+           "plans_from_bytes", "plans_from_dict", "plans_to_bytes", "replay", "reserved_peak_of", "save_plans",
+           "sim_options", "thin"]
