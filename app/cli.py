@@ -141,7 +141,7 @@ def cmd_import(a: argparse.Namespace) -> dict[str, Any]:
         progress(f"importing {a.spec} ({'forward pass' if a.forward else 'training step'})")
         g = capture_spec(a.spec, training=not a.forward, sgd_lr=a.sgd, progress=progress, adam_lr=a.adam,
                          fix_random_reads=a.fix_random_reads, max_nodes=a.max_nodes)
-        from core.frontend.target import retarget
+        from core.codegen.target import retarget
 
         retargeted = retarget(g, a.target)
         if a.target != "cpu":
@@ -188,7 +188,7 @@ def cmd_info(a: argparse.Namespace) -> dict[str, Any]:
     from core.schedule.baselines import TracedOrder
 
     pr = predict_reserved(g, TracedOrder().order(g), cost or AnalyticCost(a.device)).replay
-    from core.frontend.target import attention_kernels
+    from core.codegen.target import attention_kernels
 
     info["attention_kernels"] = attention_kernels(g)
     info.update({"baseline_reserved_peak_bytes": pr.reserved_peak, "baseline_allocated_peak_bytes": pr.allocated_peak,

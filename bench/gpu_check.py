@@ -8,7 +8,7 @@ Two phases, so that a lent GPU's minutes are spent on measuring only:
 
 ``prepare`` captures three mid-size training steps that fit a 24-80 GiB card (BERT-base, a GPT-2
 language model with SDPA under bfloat16 autocast, ResNet-50), rewrites their attention into the
-kernels a CUDA run executes (``core.frontend.target``), runs MAGIS and every peer on each
+kernels a CUDA run executes (``core.codegen.target``), runs MAGIS and every peer on each
 (``core.search.compare``) and exports, per workload, PyTorch's eager order, MAGIS's frontier
 points (at most ``--magis-points``, spread over the frontier) and each peer's best point (its
 lowest peak at <= 10% predicted overhead, else its lowest peak) as standalone scripts, with the
@@ -140,7 +140,7 @@ def capture_check(c: Check, tiny: bool) -> Any:
 
 def retarget_cuda(g: Any) -> Any:
     """``g`` with its attention rewritten into the kernels a CUDA run executes."""
-    from core.frontend.target import retarget
+    from core.codegen.target import retarget
 
     retarget(g, "cuda")  # in place; its report: attention_kernels(g)
     return g
@@ -211,7 +211,7 @@ def prepare(out: Path, *, tiny: bool, budget: float, profile: str, magis_points:
                          "simulated_latency": float(sim.latency)})
             print(f"[prepare]   {script}: simulated peak {sim.peak / MIB:.1f} MiB, "
                   f"latency {sim.latency * 1e3:.2f} ms ({profile})", flush=True)
-        from core.frontend.target import attention_kernels
+        from core.codegen.target import attention_kernels
 
         manifest["workloads"].append({"name": name, "description": c.description, "graph": graph_file,
                                       "attention_kernels": attention_kernels(g),
@@ -232,7 +232,7 @@ def _sync(device: str) -> None:
 def calibrate_on(d: Path, man: dict, device: str, profile: str) -> tuple[Any, dict[str, Any]]:
     """Time every op signature of the manifest's plan graphs on ``device`` and fit ``profile``'s
     constants to them: (the calibrated profile, the fit's report)."""
-    from core.cost.calibrate import median_rel_error, fit, held_out_errors, to_profile
+    from core.cost.calibrate import fit, held_out_errors, median_rel_error, to_profile
     from core.cost.devices import get_device
     from core.cost.measured import MeasuredCost
     from core.ir import io

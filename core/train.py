@@ -48,13 +48,14 @@ from torch import nn
 
 from .codegen.emit import generate_source
 from .codegen.runtime import torch_device
+from .codegen.target import retarget
 from .cost.devices import DEVICES
 from .cost.measured import default_cache_dir
 from .cost.model import AnalyticCost
 from .fmt import format_bytes
-from .frontend.target import retarget
 from .frontend.workload import capture_workload
 from .ir.graph import Graph
+from .policy import CheckpointPlanPolicy, policy_of_step
 from .search.limits import MemoryLimit
 from .search.moptimizer import optimize
 from .search.plan import Plan, PlanError, PlanFile, check_order, load_plans, save_plans
@@ -503,3 +504,25 @@ def _safe(s: str) -> str:
 __all__ = ["CompiledPlan", "LimitWarning", "NewShapeWarning", "PlanStep", "StderrLine", "cache_key",
            "compile_plan_source", "default_profile", "plan_cache_dir", "plan_step"]
 
+
+
+
+def checkpoint_policy(module: nn.Module, loss_fn: Callable[..., torch.Tensor], inputs: Sequence[Any], *,
+                      memory_limit: MemoryLimit | str | float, time_budget: float = 10.0,
+                      device: str | torch.device | None = None, profile: str | None = None,
+                      progress: Any = False, name: str | None = None, cache: bool = True,
+                      cache_dir: Any = None) -> CheckpointPlanPolicy:
+    """A MAGIS plan for the training step ``loss_fn(module, *inputs)`` under ``memory_limit`` (a
+    fraction of the captured step's peak or a size, ``MemoryLimit``) as torch's selective-checkpoint
+    policy (``core.policy``): pass its ``context_fn`` to ``torch.utils.checkpoint.checkpoint(...,
+    use_reentrant=False, context_fn=...)``.  ``time_budget``: seconds of search; ``device``: where the
+    step runs (default: the module's), ``profile``: its cost-model profile (default by ``device``).
+    The plan is searched and cached as :func:`plan_step` does it (``cache``, ``cache_dir``).
+
+    Raises what ``plan_step`` raises for a model it cannot capture or a bad limit or device."""
+    if not isinstance(module, nn.Module):
+        raise TypeError(f"checkpoint_policy needs a torch.nn.Module, not {type(module).__name__}")
+    inputs = tuple(inputs) if isinstance(inputs, (tuple, list)) else (inputs,)
+    step = PlanStep(module, loss_fn, inputs, memory_limit=memory_limit, device=device, profile=profile,
+                    time_budget=time_budget, progress=progress, name=name, cache=cache, cache_dir=cache_dir)
+    return policy_of_step(step, module, loss_fn, inputs)

@@ -1,5 +1,5 @@
 """Attention on CUDA without a GPU: a CPU capture retargeted to the kernels torch's SDPA dispatcher
-picks on CUDA (``core.frontend.target``), checked against torch's meta kernels (the CUDA kernels'
+picks on CUDA (``core.codegen.target``), checked against torch's meta kernels (the CUDA kernels'
 shape functions) and hand-computed bytes; the retargeted graph exports and verifies on the CPU
 (the CUDA kernels' CPU stand-ins); and the runtime of a graph that still holds the CPU kernel runs a
 fused kernel on CUDA (fake CUDA tensors, which dispatch to the same meta kernels)."""
@@ -19,7 +19,7 @@ from torch._subclasses.fake_tensor import FakeTensorMode  # noqa: E402
 
 from core.codegen import runtime  # noqa: E402
 from core.codegen.verify import problems, verify_module  # noqa: E402
-from core.frontend.target import (  # noqa: E402
+from core.codegen.target import (  # noqa: E402
     CPU_FWD,
     EFF_BWD,
     EFF_FWD,

@@ -623,7 +623,7 @@ def random_args(node: Node) -> bool:
 # Device-specific kernels -> the runtime function (``codegen.runtime``) the exported script calls
 # instead: the same outputs on any device.  The CPU kernel a CPU capture records runs as itself on
 # the CPU and as the fused kernel torch would pick on CUDA; the CUDA kernels of a graph retargeted
-# to CUDA (``frontend.target``) run as themselves on CUDA and as the CPU kernel on the CPU.
+# to CUDA (``codegen.target``) run as themselves on CUDA and as the CPU kernel on the CPU.
 DEVICE_NEUTRAL = {
     A + "_scaled_dot_product_flash_attention_for_cpu.default": "attention_forward",
     A + "_scaled_dot_product_flash_attention_for_cpu_backward.default": "attention_backward",

@@ -41,10 +41,10 @@ from typing import Any
 
 import torch
 
-from ..codegen.runtime import sdpa_cuda_kernel
 from ..ir import ops
 from ..ir.graph import Graph, GraphError, Node, TensorKind, TensorMeta, TorchConst, TRef
 from ..ir.torch_bridge import resolve_op, torch_dtype
+from .runtime import sdpa_cuda_kernel
 
 A = "aten."
 CPU_FWD = A + "_scaled_dot_product_flash_attention_for_cpu.default"
