@@ -434,6 +434,92 @@ def _incremental_substitution() -> str:
                    f"{s['paper']['speedup']}, {s['paper']['same_peak']} same peak"]])
 
 
+FIT_VERDICTS = {"fits": "fits eagerly", "fits_with_plan": "fits only with a plan", "does_not_fit": "nothing fits"}
+
+
+def _fit_models() -> list[dict]:
+    return load("fit")["models"]
+
+
+def _fit_bound(r: dict) -> str:
+    out = []
+    for b in r["bounds"]:
+        what = "resident floor" if b["bound"] == "resident_floor" else f"largest op ({b['op']}) + held"
+        out.append(f"{what} {gib(b['bytes'])} > {gib(r['memory_bytes'])}")
+    return "; ".join(out) or "-"
+
+
+@renderer("fit")
+def _fit() -> str:
+    out = []
+    for m in _fit_models():
+        r, e = m["report"], m["report"]["eager"]
+        best = r["plans"][0] if r["plans"] else None
+        plan = ("-" if best is None else
+                f"{best['label']}: peak {gib(best['peak_bytes'])}, reserved {gib(best['reserved_bytes'])}, "
+                f"{pct(best['overhead'])}")
+        fitting = f"{len(r['plans'])} of {len(r['plans']) + len(r['no_plan'])}" if r["status"] != "fits" else "-"
+        out.append([f"`{m['model']}`", m["what"], f"{r['nodes']:,}", gib(r["memory_bytes"]), gib(e["peak_bytes"]),
+                    gib(e["reserved_bytes"]) if e["reserved_bytes"] is not None else "-", gib(r["floor"]["bytes"]),
+                    f"{FIT_VERDICTS[r['status']]} ({m['exit_status']})", plan, fitting, _fit_bound(r)])
+    return table(["model", "step", "nodes", "memory", "eager peak", "eager reserved", "resident floor",
+                  "verdict (exit status)", "fastest plan that fits", "methods that fit", "bound"],
+                 "llrrrrrllrl", out)
+
+
+@renderer("fit_breakdown")
+def _fit_breakdown() -> str:
+    models = _fit_models()
+    parts = [p for p in ("weights", "gradients", "optimizer_state", "updated", "inputs", "outputs", "activations",
+                         "backward")
+             if any(m["report"]["eager"]["breakdown"][p]["at_peak"] or m["report"]["eager"]["breakdown"][p]["total"]
+                    for m in models)]
+    words = {"optimizer_state": "optimizer state", "updated": "updated weights and state", "outputs": "outputs (loss)",
+             "backward": "backward temporaries"}
+    out = []
+    for p in parts:
+        cells = []
+        for m in models:
+            b = m["report"]["eager"]["breakdown"][p]
+            cells.append(f"{gib(b['at_peak'])} / {'-' if b['total'] is None else gib(b['total'])}")
+        out.append([words.get(p, p), *cells])
+    out.append(["**eager peak**", *(f"**{gib(m['report']['eager']['peak_bytes'])}**" for m in models)])
+    return table(["part (at the peak / whole step)", *(f"`{m['model']}`" for m in models)], "l" + "r" * len(models),
+                 out)
+
+
+def _fit_reason(why: str) -> str:
+    """A method's reason for no plan, up to its first clause."""
+    cut = min((i for i in (why.find(": "), why.find("; "), why.find(" (")) if i >= 0), default=len(why))
+    return why[:cut]
+
+
+@renderer("fit_methods")
+def _fit_methods() -> str:
+    models = [m for m in _fit_models() if m["report"]["status"] != "fits"]
+    labels: dict[str, str] = {}
+    for m in models:
+        for p in m["report"]["plans"] + m["report"]["no_plan"]:
+            labels.setdefault(p["method"], p["label"])
+    out = []
+    for method, label in labels.items():
+        cells = []
+        for m in models:
+            plan = next((p for p in m["report"]["plans"] if p["method"] == method), None)
+            miss = next((p for p in m["report"]["no_plan"] if p["method"] == method), None)
+            if plan is not None:
+                cells.append(f"**{pct(plan['overhead'])}**, reserved {gib(plan['reserved_bytes'])} "
+                             f"[{plan['point_label']}]")
+            elif miss is None:
+                cells.append("-")
+            elif miss["lowest_peak_bytes"] is not None:
+                cells.append(f"no: lowest peak {gib(miss['lowest_peak_bytes'])}")
+            else:
+                cells.append(f"no: {_fit_reason(miss['why'])}")
+        out.append([label, *cells])
+    return table(["method", *(f"`{m['model']}`" for m in models)], "l" * (len(models) + 1), out)
+
+
 # ---- figures in prose ----------------------------------------------------------------------------
 
 FIGURES: dict[str, Callable[[], str]] = {}
@@ -832,6 +918,18 @@ def _f_fidelity_tiny() -> str:
 @fig("corpus.models")
 def _f_corpus_models() -> str:
     return str(len(load("corpus")["rows"]))
+
+
+@fig("fit.minutes")
+def _f_fit_minutes() -> str:
+    return span([m["seconds"] / 60 for m in _fit_models()], "{:.0f}", " minutes")
+
+
+@fig("fit.adam_floor_over_weights")
+def _f_fit_adam_floor() -> str:
+    """The resident floor over the weights of the models captured with Adam's update."""
+    reps = [m["report"] for m in _fit_models() if m["report"]["optimizer"] == "adam"]
+    return span([r["floor"]["bytes"] / r["eager"]["breakdown"]["weights"]["total"] for r in reps], "{:.1f}", "x")
 
 
 def figure(name: str) -> str:
