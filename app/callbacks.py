@@ -464,12 +464,18 @@ def register(app: Dash, state: AppState) -> None:
         g = entry.graph
         parts = []
         lv = _for(live, gid)
+        sel = _for(selected, gid)
+        # one breakdown at a time: the newest pick (a curve click, or an op) replaces the other
+        if lv and sel:
+            if ctx.triggered_id == "live":
+                sel = None
+            else:
+                lv = None
         if lv:
             a = state.analysis(gid, lv["schedule"], lv.get("device", device), wait=0)
             if a is not None:
                 step = lv["step"]
                 parts.append(panels.live_details(g, a, step, a.profile.live_at(step)))
-        sel = _for(selected, gid)
         if sel:
             a = state.analysis(gid, sched, device, wait=0)
             parts.append(panels.node_details(g, sel["nid"], a, entry.dom()))

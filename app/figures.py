@@ -9,6 +9,7 @@ maximum -- and therefore the exact peak -- so the drawing stays light and the pe
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -279,6 +280,111 @@ def _first_kind(mem: MemoryProfile) -> str | None:
 def _note(text: str) -> dict:
     return {"xref": "paper", "yref": "paper", "x": 0, "y": 1.07, "showarrow": False, "xanchor": "left",
             "text": text, "font": {"size": 11, "color": "#8a5a00"}}
+
+
+# ---- methods on the Pareto figure ---------------------------------------------------------------------
+# colours another method already uses (closer than ``MIN_COLOUR_DISTANCE`` in RGB) are replaced, in the
+# registry's order, by the first of these that is far enough from every colour taken
+SPARE_COLOURS = ["#e11d48", "#84cc16", "#6366f1", "#d946ef", "#78350f", "#0d9488", "#facc15", "#475569"]
+MIN_COLOUR_DISTANCE = 45.0
+
+
+def _rgb(c: str) -> tuple[int, int, int]:
+    c = c.lstrip("#")
+    return int(c[0:2], 16), int(c[2:4], 16), int(c[4:6], 16)
+
+
+def _distance(a: str, b: str) -> float:
+    return math.dist(_rgb(a), _rgb(b))
+
+
+def method_styles(names: Sequence[str] | None = None) -> dict[str, tuple[str, str]]:
+    """Method name -> (colour, marker) on the Pareto figure: each method's own (``Method.colour`` and
+    ``Method.symbol`` of the registry, ``core.search.methods.METHODS``), a colour too close to an
+    earlier method's replaced so that no two methods look alike (SwapAdvisor's and torch min-cut's
+    greens); ``names``: methods outside the registry, given the spare colours and markers."""
+    from core.search.methods import METHODS
+
+    out: dict[str, tuple[str, str]] = {}
+    taken: list[str] = []
+    symbols = {m.symbol for m in METHODS.values()}
+    spare_symbols = [s for s in ("circle-open", "square-open", "diamond-open", "star-open", "bowtie", "asterisk")
+                     if s not in symbols]
+
+    def pick(colour: str | None) -> str:
+        if colour and all(_distance(colour, t) >= MIN_COLOUR_DISTANCE for t in taken):
+            return colour
+        return next((c for c in SPARE_COLOURS if c not in taken
+                     and all(_distance(c, t) >= MIN_COLOUR_DISTANCE for t in taken)),
+                    next((c for c in SPARE_COLOURS if c not in taken), "#6b7280"))
+
+    for name, m in METHODS.items():
+        c = pick(m.colour)
+        taken.append(c)
+        out[name] = (c, m.symbol)
+    for i, name in enumerate(sorted(set(names or ()) - set(out))):
+        c = pick(None)
+        taken.append(c)
+        out[name] = (c, spare_symbols[i % len(spare_symbols)] if spare_symbols else "circle")
+    return out
+
+
+def log_binary_ticks(low: float, top: float) -> tuple[list[float], list[str]]:
+    """Ticks of a logarithmic byte axis from ``low`` to ``top``: powers of two (and 1.5 times them
+    where the range spans less than three powers), labelled in binary units (``format_bytes``)."""
+    low, top = max(float(low), 1.0), max(float(top), 2.0)
+    k0, k1 = math.floor(math.log2(low)), math.ceil(math.log2(top))
+    vals = [2.0**k for k in range(k0, k1 + 1) if low <= 2.0**k <= top]
+    if len(vals) < 3:
+        vals = sorted(v for k in range(k0, k1 + 1) for v in (2.0**k, 1.5 * 2.0**k) if low <= v <= top)
+    return vals, [format_bytes(v) for v in vals]
+
+
+_FAIL_HEAD = re.compile(r"^([^:;()]{1,40}): (.*)$", re.S)
+
+
+def failure_groups(text: str) -> list[tuple[str, list[str]]]:
+    """A method's failure reasons (``meta.peer_failures``: "budget 0.9: why; budget 0.8: why ...")
+    grouped by reason: [(reason, [setting, ...])], in the order they first come.  Numbers of seconds
+    a reason's details (what follows its first ": ", parentheses) and a "(budget X already is)" do
+    not split a group: the first reason's text stands for it."""
+    parts: list[list[str]] = []
+    for piece in text.split("; "):
+        m = _FAIL_HEAD.match(piece)
+        if m and parts and not m.group(1).strip():
+            m = None
+        if m:
+            parts.append([m.group(1).strip(), m.group(2).strip()])
+        elif parts:
+            parts[-1][1] += "; " + piece
+        else:
+            parts.append(["", piece.strip()])
+    groups: dict[str, tuple[str, list[str]]] = {}
+    for setting, why in parts:
+        shown = re.sub(r"\s*\(budget [\d.]+ already is\)?", "", why)
+        key = re.sub(r"\s*\([^()]*\)?", "", shown).split(": ")[0]  # the reason's head: its details differ
+        key = re.sub(r"\d+(\.\d+)?", "#", key)
+        if key not in groups:
+            groups[key] = (shown, [])
+        groups[key][1].append(setting)
+    return list(groups.values())
+
+
+def failure_lines(label: str, text: str) -> list[str]:
+    """One line per failure reason of a method: "Checkmate: 7 budgets failed: infeasible" (or the
+    setting itself where there is one: "DTR: budget 0.6 failed: ...")."""
+    lines = []
+    for why, settings in failure_groups(text):
+        named = [s for s in settings if s]
+        if not named or named == ["all"]:
+            lines.append(f"{label}: {why}")
+        elif len(named) == 1:
+            lines.append(f"{label}: {named[0]} failed: {why}")
+        else:
+            words = {m.group(1) if (m := re.match(r"^(\w+) [\d.]+$", s)) else None for s in named}
+            word = words.pop() if len(words) == 1 else None
+            lines.append(f"{label}: {len(named)} {word + 's' if word else 'settings'} failed: {why}")
+    return lines
 
 
 def binary_ticks(top: float, n: int = 6, low: float = 0.0) -> tuple[list[float], list[str]]:

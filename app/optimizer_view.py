@@ -37,83 +37,95 @@ PLAN_WAIT = 0.3  # seconds a callback waits for a point's view before showing th
 
 
 # ---- pure builders ---------------------------------------------------------------------------------
-def slider_of(f: Frontier) -> dict:
-    """Slider props: one stop per frontier point (peak ascending, evenly spaced: clustered points stay
-    reachable), labelled with its peak as a fraction of eager's; stop i is point ``keys[i]``."""
+SLIDER_LABELS = 8  # stop labels drawn on the slider (more overlap); the caption names the selected stop's
+
+
+def stop_label(f: Frontier, key: int) -> str:
+    """A slider stop's name: its peak as a fraction of eager's and its latency overhead, "0.62x · +4%"."""
     base = f.points[f.baseline()]
-    keys = f.slider()
+    p = f.points[key]
+    ratio = p.peak / base.peak if base.peak else 1.0
+    over = (p.latency / base.latency - 1) * 100 if base.latency else 0.0
+    return f"{ratio:.2f}x · {over:+.0f}%" if abs(over) >= 0.95 or over == 0 else f"{ratio:.2f}x · {over:+.1f}%"
+
+
+def slider_of(f: Frontier) -> dict:
+    """Slider props: one stop per point of the frontier's plan file (``Frontier.stops``: peak
+    ascending, evenly spaced: clustered points stay reachable), labelled by its peak and overhead
+    (``stop_label``; a spaced subset drawn, the caption names the selected one); stop i is point
+    ``keys[i]``."""
+    base = f.points[f.baseline()]
+    keys = f.stops()
     ratios = [f.points[k].peak / base.peak if base.peak else 1.0 for k in keys]
+    labels = [stop_label(f, k) for k in keys]
     marks: dict[int, dict] = {}
-    last_i, last_r = -10, -1.0  # the last labelled stop
-    end = len(ratios) - 1
-    for i, r in enumerate(ratios):
-        show = i in (0, end) or (r - last_r > 0.06 and i - last_i >= 2)
-        if i == end and len(ratios) > 6 and 0 < last_i and i - last_i < 2:
-            marks[last_i] = {"label": " "}  # next to the last stop's label ("0.98x1.00x"): the last wins
-        marks[i] = {"label": f"{r:.2f}x" if show else " "}  # " ": a stop without a label (empty shows the value)
+    end = len(keys) - 1
+    gap = max(1, math.ceil(len(keys) / SLIDER_LABELS))
+    last_i = -gap
+    for i in range(len(keys)):
+        show = i == 0 or (i - last_i >= gap and (end - i >= gap or i == end))
+        marks[i] = {"label": labels[i] if show else " "}  # " ": a stop without a label (empty shows the value)
         if show:
-            last_i, last_r = i, r
+            last_i = i
     d = keys.index(f.default())
     return {"gid": f.gid, "version": f.version, "keys": keys, "ratios": [round(r, 4) for r in ratios],
-            "min": 0, "max": max(len(keys) - 1, 0), "marks": marks, "default": d, "default_key": keys[d]}
+            "labels": labels, "min": 0, "max": max(len(keys) - 1, 0), "marks": marks, "default": d,
+            "default_key": keys[d]}
 
 
 def slider_stop(f: Frontier, key: int) -> int:
-    """The slider stop that shows point ``key``: its own, or for a point off the frontier (dominated:
-    another point has no more peak and no more latency) the stop nearest to it in peak (ratio)."""
-    keys = f.slider()
-    if key in keys:
-        return keys.index(key)
-    peak = max(f.points[key].peak, 1)
-    return min(range(len(keys)), key=lambda i: (abs(math.log(max(f.points[keys[i]].peak, 1) / peak)), i))
+    """The slider stop of point ``key`` (every point has one)."""
+    return f.stops().index(key)
 
 
 def plan_caption(f: Frontier, key: int, v: PointView | None = None) -> str:
-    """The line beside the slider: the selected point, its rule applications, what it swaps once its
-    view ``v`` is built, and for a point off the frontier which stop the slider shows instead."""
+    """The line beside the slider: the selected stop and point, its rule applications, what it swaps
+    once its view ``v`` is built, and for a dominated point which point is no larger and no slower."""
     p = f.points[key]
-    out = f"point {key}: {label_of(p.method)} {p.label} · {plural(len(p.applications), 'rule application')}"
+    keys = f.stops()
+    out = (f"point {key}: {label_of(p.method)} {p.label} · stop {keys.index(key) + 1} of {len(keys)}: "
+           f"{stop_label(f, key)} · {plural(len(p.applications), 'rule application')}")
     if v is not None and (sw := v.swaps()):
         out += f" · {sw.text()}"
     if len(f.points) == 1:
         out += (" · the only point so far: press optimize (MAGIS) or run the peers, on the Pareto tab, for plans "
                 "that use less memory")
-    keys = f.slider()
-    if key not in keys:
-        base = f.points[f.baseline()].peak
-        near = f.points[keys[slider_stop(f, key)]].peak
-        out += (f" · off the frontier (another plan is no larger and no slower): the slider shows the nearest "
-                f"stop, {near / base if base else 1.0:.2f}x")
+    front = f.slider()
+    if key not in front:
+        better = max((k for k in front if f.points[k].peak <= p.peak and f.points[k].latency <= p.latency),
+                     key=lambda k: f.points[k].peak, default=None)  # the nearest in peak
+        if better is not None:
+            out += f" · dominated: point {better} ({stop_label(f, better)}) is no larger and no slower"
     return out
 
 
-def pareto_figure(f: Frontier, selected: int | None, running: list[tuple[int, float]] | None = None) -> dict:
-    """Peak (x) against latency (y) of every point, one trace per method, the slider's frontier as a
-    step line; each marker's customdata is its point key (a click selects it)."""
+def pareto_figure(f: Frontier, selected: int | None, running: list[tuple[int, float]] | None = None,
+                  scale: str = "linear") -> dict:
+    """Peak (x) against latency (y) of every point, one trace per method (its own colour and marker:
+    ``figures.method_styles``), the slider's frontier as a step line; each marker's customdata is its
+    point key (a click selects it).  ``scale``: "linear" or "log" axes (an outlier far from the rest
+    squashes them into a corner on linear ones); a drag zooms, a double click zooms back out."""
     pts = f.points
     base = pts[f.baseline()]
+    log_axes = scale == "log"
     data = []
     front = sorted(f.slider(), key=lambda k: pts[k].peak)
-    data.append({"type": "scatter", "mode": "lines", "name": "frontier (slider)", "hoverinfo": "skip",
+    data.append({"type": "scatter", "mode": "lines", "name": "frontier (non-dominated)", "hoverinfo": "skip",
                  "x": [pts[k].peak for k in front], "y": [pts[k].latency * 1e3 for k in front],
                  "line": {"shape": "hv", "color": "#c4b5fd", "width": 2}})
-    for method, m in METHODS.items():  # the registry's order, label, colour and marker
+    styles = figures.method_styles([p.method for p in pts])
+    order = [*METHODS, *sorted({p.method for p in pts} - set(METHODS))]  # the registry's order, then the rest
+    for method in order:
         ks = [k for k, p in enumerate(pts) if p.method == method]
         if not ks:
             continue
-        colour, symbol = m.colour, m.symbol
+        colour, symbol = styles[method]
         data.append({
-            "type": "scatter", "mode": "markers", "name": m.label, "customdata": ks,
-            "x": [pts[k].peak for k in ks], "y": [pts[k].latency * 1e3 for k in ks],
+            "type": "scatter", "mode": "markers", "name": label_of(method) if method in METHODS else method,
+            "customdata": ks, "x": [pts[k].peak for k in ks], "y": [pts[k].latency * 1e3 for k in ks],
             "text": [_hover(pts[k], base) for k in ks], "hovertemplate": "%{text}<extra></extra>",
             "marker": {"color": colour, "symbol": symbol, "size": 10 if method == "magis" else 8,
                        "line": {"width": 1, "color": "white"}}})
-    others = [p.method for p in pts if p.method not in METHODS]
-    for method in sorted(set(others)):
-        ks = [k for k, p in enumerate(pts) if p.method == method]
-        data.append({"type": "scatter", "mode": "markers", "name": method, "customdata": ks,
-                     "x": [pts[k].peak for k in ks], "y": [pts[k].latency * 1e3 for k in ks],
-                     "text": [_hover(pts[k], base) for k in ks], "hovertemplate": "%{text}<extra></extra>"})
     if running:
         run = sorted(running)
         data.append({"type": "scatter", "mode": "lines+markers", "name": "search so far", "hoverinfo": "skip",
@@ -126,14 +138,23 @@ def pareto_figure(f: Frontier, selected: int | None, running: list[tuple[int, fl
                      "x": [p.peak], "y": [p.latency * 1e3], "showlegend": False,
                      "marker": {"size": 20, "color": "rgba(0,0,0,0)", "line": {"width": 3, "color": "#111827"}}})
     xs = [p.peak for p in pts] + [q for q, _ in running or []]
-    top = max(xs) * 1.04 if xs else 1
-    low = min(xs) * 0.9 if xs else 0
-    tickvals, ticktext = figures.binary_ticks(top, low=low)  # binary units over the shown range, as the cards
+    if log_axes:
+        low, top = (min(xs) / 1.15, max(xs) * 1.15) if xs else (1, 2)
+        tickvals, ticktext = figures.log_binary_ticks(low, top)
+        xaxis = {"type": "log", "range": [math.log10(max(low, 1)), math.log10(max(top, 2))]}
+    else:
+        top = max(xs) * 1.04 if xs else 1
+        low = min(xs) * 0.9 if xs else 0
+        tickvals, ticktext = figures.binary_ticks(top, low=low)  # binary units over the shown range, as the cards
+        xaxis = {"type": "linear", "range": [low, top]}
     layout = {"template": "plotly_white", "margin": {"l": 60, "r": 10, "t": 30, "b": 45}, "hovermode": "closest",
-              "xaxis": {"title": {"text": "simulated peak memory"}, "range": [low, top], "tickvals": tickvals,
-                        "ticktext": ticktext},
-              "yaxis": {"title": {"text": f"simulated latency (ms, {f.device})"}},
-              "legend": {"orientation": "h", "y": -0.2, "font": {"size": 11}}, "uirevision": f"{f.gid}",
+              "dragmode": "zoom",
+              "xaxis": {"title": {"text": "simulated peak memory" + (" (log)" if log_axes else "")},
+                        "tickvals": tickvals, "ticktext": ticktext, **xaxis},
+              "yaxis": {"title": {"text": f"simulated latency (ms, {f.device})" + (" (log)" if log_axes else "")},
+                        "type": "log" if log_axes else "linear"},
+              "legend": {"orientation": "h", "y": -0.2, "font": {"size": 11}},
+              "uirevision": f"{f.gid}:{scale}",  # a zoom stays over a slider move, a new scale shows everything
               "shapes": [{"type": "line", "xref": "x", "yref": "paper", "x0": base.peak, "x1": base.peak,
                           "y0": 0, "y1": 1, "line": {"dash": "dot", "color": "#9ca3af", "width": 1}}]}
     return {"data": data, "layout": layout}
@@ -154,13 +175,38 @@ def missing_methods(f: Frontier) -> list[tuple[str, str]]:
     return out
 
 
+def failure_notes(f: Frontier) -> list[str]:
+    """The lines under the Pareto figure: per method, its failures grouped by reason with a count
+    ("Checkmate: 7 budgets failed: <reason>", ``figures.failure_lines``) -- a method with points
+    too, for the settings that gave none -- and the methods not run on this graph yet, in one line."""
+    from core.search.methods import PEER_FAMILIES, methods_of
+
+    have = {p.method for p in f.points}
+    failed = f.plans.meta.get("peer_failures", {})
+    lines: list[str] = []
+    not_run = []
+    for name in methods_of(*PEER_FAMILIES):
+        if failed.get(name):
+            lines += figures.failure_lines(label_of(name), failed[name])
+        elif name not in have:
+            not_run.append(label_of(name))
+    if not_run:
+        lines.append(f"not run on this graph yet (press \"run the peers\"): {', '.join(not_run)}")
+    return lines
+
+
 def missing_block(f: Frontier) -> list:
-    """The lines under the Pareto figure naming each method without a point, and why."""
-    miss = missing_methods(f)
-    if not miss:
+    """The lines under the Pareto figure naming each method's failures, grouped, and the methods not run."""
+    lines = failure_notes(f)
+    if not lines:
         return []
-    return [html.Div(f"no point from {plural(len(miss), 'method')}:", className="small"),
-            html.Ul([html.Li([html.B(label), f": {why}"]) for label, why in miss], className="small missing-list")]
+    miss = missing_methods(f)
+    head = f"no point from {plural(len(miss), 'method')}; failed settings:" if miss else "failed settings:"
+    items = []
+    for line in lines:
+        label, _, rest = line.partition(": ")
+        items.append(html.Li([html.B(label), f": {rest}"]))
+    return [html.Div(head, className="small"), html.Ul(items, className="small missing-list")]
 
 
 def compare_line(st: dict) -> str:
@@ -316,7 +362,7 @@ def initial(state: AppState, gid: str) -> dict:
 
 
 def source_line(f: Frontier, s: dict) -> str:
-    return f"{f.source} · {plural(len(f.points), 'point')}, {len(s['keys'])} on the frontier"
+    return f"{f.source} · {plural(len(f.points), 'point')}, {len(f.slider())} on the frontier"
 
 
 def plan_bar(init: dict | None = None) -> html.Section:
@@ -353,10 +399,15 @@ def pareto_tab(init: dict | None = None) -> dcc.Tab:
                 html.Div([html.H3("Pareto frontier"),
                           html.Span(init.get("frontier-source"), id="frontier-source", className="muted small")],
                          className="panel-head"),
-                dcc.Graph(id="pareto", config={"displaylogo": False, "responsive": True},
+                html.Div([dcc.RadioItems(id="pareto-scale", options=[{"label": "linear", "value": "linear"},
+                                                                     {"label": "log", "value": "log"}],
+                                         value="linear", inline=True, className="xmode"),
+                          html.Span("axes · drag to zoom, double-click to zoom out", className="muted small")],
+                         className="pareto-scale-row"),
+                dcc.Graph(id="pareto", config={"displaylogo": False, "responsive": True, "scrollZoom": True},
                           style={"height": "400px"}),
-                html.Div("click a point to select its plan · the slider above walks the non-dominated ones (for a "
-                         "dominated point it moves to the nearest stop)",
+                html.Div("click a point to select its plan · the slider above has a stop for every point, peak "
+                         "ascending",
                          className="muted small"),
                 html.Div(init.get("pareto-missing"), id="pareto-missing", className="pareto-missing"),
             ], className="panel pareto-panel"),
@@ -520,6 +571,7 @@ def register(app: Dash, state: AppState, guarded, show_message) -> None:
             if not fit:
                 raise PreventUpdate
             key = fit_point(f, fit)
+            show_message(None)  # a valid limit: an earlier invalid one's message goes
             value = s["keys"].index(key)
             return no_update, no_update, no_update, no_update, value, \
                 {"gid": gid, "version": f.version, "key": key}, no_update, no_update
@@ -573,18 +625,21 @@ def register(app: Dash, state: AppState, guarded, show_message) -> None:
     @app.callback(Output("plan-memory", "figure"), Output("plan-hotspots", "data"), Output("pareto", "figure"),
                   Output("pareto-drawn", "data"),
                   Input("plan-pareto", "data"), Input("plan-xmode", "value"), Input("plan-poll", "n_intervals"),
-                  State("pareto-drawn", "data"))
+                  Input("pareto-scale", "value"), State("pareto-drawn", "data"))
     @guarded(4)
-    def on_plan_views(sel, xmode, _poll, drawn):
+    def on_plan_views(sel, xmode, _poll, scale, drawn):
         """The Pareto tab's views of the selected plan (drawn while that tab is shown)."""
         f, gid, key = selected(sel)
-        now = [gid, f.version]
+        scale = scale or "linear"
+        now = [gid, f.version, scale]
+        if ctx.triggered_id == "pareto-scale":
+            return no_update, no_update, pareto_figure(f, key, scale=scale), now
         if drawn == now:  # the page shows this frontier already: move the selection ring only
             pareto = Patch()
             pareto["data"][-1]["x"] = [f.points[key].peak]
             pareto["data"][-1]["y"] = [f.points[key].latency * 1e3]
         else:
-            pareto = pareto_figure(f, key)
+            pareto = pareto_figure(f, key, scale=scale)
         v = plans.view(gid, key, wait=PLAN_WAIT)
         base = plans.view(gid, f.baseline(), wait=PLAN_WAIT)
         if v is None or base is None:  # on_plan polls until the view is built
@@ -635,9 +690,9 @@ def register(app: Dash, state: AppState, guarded, show_message) -> None:
                   Output("pareto", "figure", allow_duplicate=True), Output("frontier-version", "data"),
                   Output("pareto-drawn", "data", allow_duplicate=True),
                   Input("opt-poll", "n_intervals"), State("model", "value"), State("plan", "data"),
-                  prevent_initial_call=True)
+                  State("pareto-scale", "value"), prevent_initial_call=True)
     @guarded(5)
-    def on_poll(_n, gid, sel):
+    def on_poll(_n, gid, sel, scale=None):
         job = plans.job(gid)
         if job is None:
             return "", True, no_update, no_update, no_update
@@ -649,8 +704,9 @@ def register(app: Dash, state: AppState, guarded, show_message) -> None:
             return job_line(st), True, no_update, {"gid": gid, "version": f.version}, None
         key = sel["key"] if sel and sel.get("gid") == gid and sel.get("version") == f.version else None
         # without a selection the figure has no ring to move: the next selection redraws it
-        return job_line(st), False, pareto_figure(f, key, list(job.frontier)), no_update, \
-            [gid, f.version] if key is not None else None
+        scale = scale or "linear"
+        return job_line(st), False, pareto_figure(f, key, list(job.frontier), scale), no_update, \
+            [gid, f.version, scale] if key is not None else None
 
     # ---- the peers on this graph ------------------------------------------------------------------
     @app.callback(Output("peers-poll", "disabled"), Output("peers-status", "children"),
@@ -710,4 +766,5 @@ def register(app: Dash, state: AppState, guarded, show_message) -> None:
         return {"gid": gid, "version": f.version}, None
 
 
-__all__ = ["compare_line", "fit_point", "floor_card", "missing_block", "missing_methods", "pareto_figure", "plan_caption", "slider_stop", "pareto_tab", "plan_bar", "plan_cards", "register", "slider_of"]
+__all__ = ["compare_line", "fit_point", "floor_card", "missing_block", "missing_methods", "pareto_figure", "plan_caption", "slider_stop", "stop_label",
+           "failure_notes", "pareto_tab", "plan_bar", "plan_cards", "register", "slider_of"]

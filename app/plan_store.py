@@ -123,6 +123,8 @@ class Step:
     marks: dict[int, str]  # imported ops this step changed
     names: dict[int, str] = field(default_factory=dict)  # node id -> name, for the application's node params
     enables: list[int] = field(default_factory=list)  # later steps whose application names a node this one added
+    order: np.ndarray | None = None  # the schedule after the step (node ids)
+    recorded: bool = False  # that schedule is the search's own (a frontier point's), not an incremental replay's
 
     @property
     def rule(self) -> str:
@@ -192,36 +194,80 @@ def plan_marks(imported: Graph, g: Graph, origin: dict[int, int],
     return marks
 
 
+def state_sim(g: Graph, order: Sequence[int], device: str, plan: Plan | None = None) -> SimResult:
+    """The one simulation of a state (a graph and its schedule) that every number the app shows of it
+    reads: the plan card (``build_view``), each rule step's before and after (``build_steps``), the
+    memory curves.  ``plan``: the plan whose graph ``g`` is (SwapAdvisor's streams, ``sim_options``)."""
+    return simulate(g, order, AnalyticCost(device), validate=False, **(sim_options(plan) if plan is not None else {}))
+
+
 def build_view(imported: Graph, plan: Plan, key: int, device: str) -> PointView:
     t0 = time.perf_counter()
     g = replay(imported, plan.applications)
     check_order(g, plan.order)
-    sim = simulate(g, plan.order, AnalyticCost(device), validate=False, **sim_options(plan))  # SwapAdvisor's streams
+    sim = state_sim(g, plan.order, device, plan)
     hot = sim.memory.hotspots()
     origin = origins(imported, g)
     return PointView(key, plan, g, sim, hot, {s.root.node for s in hot if s.alloc >= 0},
                      plan_marks(imported, g, origin, plan.applications), origin, time.perf_counter() - t0)
 
 
+def _app_key(apps: Sequence[Application]) -> tuple:
+    return tuple((a.rule, tuple(a.params)) for a in apps)
+
+
+def changed_window(before: Sequence[int], after: Sequence[int]) -> tuple[int, int, int]:
+    """(lo, hi, n): the positions lo..hi of schedule ``before`` that ``after`` replaces by ``n`` ops
+    (the common head and tail of the two schedules kept)."""
+    m = min(len(before), len(after))
+    lo = 0
+    while lo < m and before[lo] == after[lo]:
+        lo += 1
+    tail = 0
+    while tail < m - lo and before[-1 - tail] == after[-1 - tail]:
+        tail += 1
+    return lo, len(before) - 1 - tail, len(after) - tail - lo
+
+
 def build_steps(imported: Graph, plan: Plan, device: str, base_order: list[int],
-                cancel: threading.Event | None = None) -> list[Step]:
-    """The plan's applications one by one from the imported graph (its traced schedule): each as the
-    M-Optimizer evaluates it -- the window incremental scheduling re-ordered, the memory curve and the
-    latency before and after (``search.delta.DeltaEvaluator``)."""
+                cancel: threading.Event | None = None, known: Sequence[Plan] = ()) -> list[Step]:
+    """The plan's applications one by one from the imported graph (its traced schedule).  A state
+    whose schedule the search recorded -- the plan's own last one, and any frontier point of
+    ``known`` whose applications are a prefix of the plan's -- takes that schedule
+    (``DeltaEvaluator.place``); the others are scheduled as the M-Optimizer evaluates a child
+    (incremental scheduling, ``search.delta.DeltaEvaluator``).  Every state's peak, latency and
+    memory curve come from ``state_sim``, as the plan card's: the last step's "after" is the card's
+    numbers, a step that reaches a frontier point shows that point's card."""
     from core.search.delta import DeltaEvaluator
 
     ev = DeltaEvaluator(imported.copy(), base_order, AnalyticCost(device), rules=dict(RULES))
+    apps = list(plan.applications)
+    recorded = {_app_key(q.applications): q for q in known if 0 < len(q.applications) <= len(apps)}
+    recorded[_app_key(apps)] = plan
     steps: list[Step] = []
     made: dict[int, int] = {}  # node id -> the step that added it
-    for k, app in enumerate(plan.applications):
+    sim0 = state_sim(ev.g, ev.order, device)
+    prev = (sim0.peak, sim0.latency, sim0.memory.step_bytes.copy())
+    for k, app in enumerate(apps):
         if cancel is not None and cancel.is_set():
             break
-        before = ev.state
-        curve0 = ev.curve.copy()
+        order0 = list(ev.order)
         names = {nid: n.name for nid, n in ev.g.nodes.items()}
-        child = ev.child_state(ev.evaluate(app))
-        ev.commit(child)
+        q = recorded.get(_app_key(apps[:k + 1]))
+        placed = False
+        if q is not None:
+            try:
+                ev.place([app], q.order)
+                placed = True
+            except ValueError:  # the recorded schedule is not this graph's: schedule it incrementally
+                q = None
+        if not placed:
+            ev.advance(app)
         journal = ev.journal
+        lo, hi, width = changed_window(order0, ev.order)
+        if hi < lo:  # nothing moved: the window is the one place the application's nodes went
+            lo, hi, width = lo, lo - 1, 0
+        sim = state_sim(ev.g, ev.order, device, q if q is plan else None)
         added = journal.added()
         erased = [e.nid for e in journal.edits if e.kind == "erase" and e.nid in names]
         rewired = sorted(journal.touched() - set(added) - set(erased))
@@ -240,10 +286,12 @@ def build_steps(imported: Graph, plan: Plan, device: str, base_order: list[int],
         for j in sorted({made[p] for p in app.params if p in made}):
             steps[j].enables.append(k)
         made.update(dict.fromkeys(added, k))
+        after = (sim.peak, sim.latency, sim.memory.step_bytes.copy())
         steps.append(Step(k, app, [g.nodes[v].name for v in added if v in g.nodes],
                           [names[v] for v in erased], [g.nodes[v].name for v in rewired if v in g.nodes],
-                          child.lo, child.hi, len(child.window), (before.peak, child.peak),
-                          (before.latency, child.latency), (curve0, ev.curve.copy()), marks, shown))
+                          lo, hi, width, (prev[0], after[0]), (prev[1], after[1]), (prev[2], after[2]), marks, shown,
+                          order=np.asarray(ev.order, dtype=np.int64), recorded=q is not None))
+        prev = after
     return steps
 
 
@@ -276,6 +324,11 @@ class Frontier:
         base = self.points[self.baseline()]
         ok = [k for k in self.slider() if self.points[k].latency <= (1 + overhead) * base.latency]
         return min(ok, key=lambda k: (self.points[k].peak, self.points[k].latency)) if ok else self.baseline()
+
+    def stops(self) -> list[int]:
+        """The memory slider's stops: every point's key, peak ascending (then latency, then key)."""
+        pts = self.points
+        return sorted(range(len(pts)), key=lambda k: (pts[k].peak, pts[k].latency, k))
 
     def slider(self) -> list[int]:
         """Keys of the non-dominated points, peak ascending (the baseline included, last)."""
@@ -439,7 +492,7 @@ class PlanStore:
         the baseline, and the ``reach`` slider stops on either side -- where a drag goes next.
         Building them all at once would hold the interpreter while the page first renders."""
         f = self.frontier(gid)
-        keys = f.slider()
+        keys = f.stops()
         k = f.default() if around is None else around
         i = keys.index(k) if k in keys else 0
         near = sorted(keys[max(0, i - reach):i + reach + 1], key=lambda j: abs(keys.index(j) - i))
@@ -451,8 +504,9 @@ class PlanStore:
         plan = f.plans.point(k)
         imported = self._entry(gid).graph
         base = f.points[f.baseline()].order
-        fut = self._future(self._steps, (gid, f.version, k), lambda: build_steps(imported, plan, f.device, base),
-                           self._steps_pool)
+        known = list(f.points)
+        fut = self._future(self._steps, (gid, f.version, k),
+                           lambda: build_steps(imported, plan, f.device, base, known=known), self._steps_pool)
         return self._result(fut, wait)
 
     # ---- jobs --------------------------------------------------------------------------------------
@@ -634,5 +688,6 @@ class PlanStore:
         self._steps_pool.shutdown(wait=False, cancel_futures=True)
 
 
-__all__ = ["Frontier", "Job", "PlanStore", "PointView", "Step", "SwapCount", "build_steps", "build_view", "get_rule",
+__all__ = ["Frontier", "Job", "PlanStore", "PointView", "Step", "SwapCount", "build_steps", "build_view", "changed_window", "get_rule",
+           "state_sim",
            "origins", "plan_marks"]

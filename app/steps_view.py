@@ -63,10 +63,22 @@ def peak_change(a: int, b: int) -> str:
 
 
 def step_rows(steps: list[Step]) -> list[dict]:
-    return [{"step": s.index + 1, "rule": s.rule, "application": app_text(s.app, s.names),
+    return [{"id": s.index, "step": s.index + 1, "rule": s.rule, "application": app_text(s.app, s.names),
              "peak": f"{format_bytes(s.peak[0])} → {format_bytes(s.peak[1])} ({peak_change(*s.peak)})",
              "latency": f"{figures.fmt_seconds(s.latency[0])} → {figures.fmt_seconds(s.latency[1])}",
              "window": f"{s.hi - s.lo + 1} → {plural(s.window, 'op')}"} for s in steps]
+
+
+def rescheduled_text(s: Step) -> str:
+    how = ("the search's own schedule of this state (a frontier point's)" if s.recorded
+           else "incremental scheduling")
+    if s.hi < s.lo and not s.window:
+        return f"the schedule is unchanged ({how})"
+    return (f"schedule positions {s.lo}..{s.hi} ({plural(s.hi - s.lo + 1, 'op')}) re-ordered into "
+            f"{plural(s.window, 'op')} by {how}")
+
+
+PAGE_SIZE = 12
 
 
 def step_details(s: Step, total: int) -> html.Div:
@@ -76,8 +88,7 @@ def step_details(s: Step, total: int) -> html.Div:
         ("added", f"{len(s.added)}: {_names(s.added)}"),
         ("removed", f"{len(s.removed)}: {_names(s.removed)}"),
         ("re-wired", f"{len(s.rewired)}: {_names(s.rewired)}"),
-        ("rescheduled", f"schedule positions {s.lo}..{s.hi} ({plural(s.hi - s.lo + 1, 'op')}) re-ordered into "
-                        f"{plural(s.window, 'op')} by incremental scheduling"),
+        ("rescheduled", rescheduled_text(s)),
         ("peak", f"{format_bytes(s.peak[0])} → {format_bytes(s.peak[1])} ({peak_change(*s.peak)})"),
         ("latency", f"{figures.fmt_seconds(s.latency[0])} → {figures.fmt_seconds(s.latency[1])} "
                     f"({_pct(*s.latency)})"),
@@ -134,7 +145,7 @@ def tab() -> dcc.Tab:
                 html.Div(table(id="step-table", columns=[{"name": c, "id": c} for c in
                                                          ("step", "rule", "application", "peak", "latency",
                                                           "window")],
-                               data=[], page_action="native", page_size=12, row_selectable=False,
+                               data=[], page_action="native", page_size=PAGE_SIZE, page_current=0, row_selectable=False,
                                wrap=("application", "peak", "latency"), min_width=170, max_width=280),
                          className="step-list"),
                 html.Div(id="step-details", className="details-box step-details"),
@@ -152,7 +163,7 @@ def tab() -> dcc.Tab:
 # (the step's details and curves) per step
 STEP = """function(_f, _b, _fw, _l, _p, _t, cell, cur, stopped) {
     const no = window.dash_clientside.no_update;
-    if (!cur || !cur.count) { return [no, no, no]; }
+    if (!cur || !cur.count) { return [no, no, no, no]; }
     const trig = window.dash_clientside.callback_context.triggered_id;
     const n = cur.count;
     let i = cur.index, playing = !stopped;
@@ -160,28 +171,33 @@ STEP = """function(_f, _b, _fw, _l, _p, _t, cell, cur, stopped) {
         playing = !playing;
         if (playing && i >= n - 1) { i = -1; }  // play from the start
     } else if (trig === "step-timer") {
-        if (i >= n - 1) { return [no, true, "play"]; }
+        if (i >= n - 1) { return [no, true, "play", no]; }
         i += 1;
         if (i >= n - 1) { playing = false; }
     } else if (trig === "step-table") {
-        if (!cell || cell.row === undefined || cell.row === null) { return [no, no, no]; }
-        i = cell.row;
+        // row_id: the step's index (a row's position counts from the top of its page)
+        const id = cell ? (cell.row_id !== undefined && cell.row_id !== null ? cell.row_id : null) : null;
+        if (id === null || id < 0 || id >= n) { return [no, no, no, no]; }
+        if (id === cur.index) { return [no, no, no, no]; }
+        i = id;
     } else {
         i = {"step-first": -1, "step-back": Math.max(-1, i - 1), "step-fwd": Math.min(n - 1, i + 1),
              "step-last": n - 1}[trig];
         playing = false;
     }
-    return [Object.assign({}, cur, {index: i}), !playing, playing ? "pause" : "play"];
-}"""
+    const page = Math.floor(Math.max(0, i) / PAGE_SIZE);  // the table shows the selected step's page
+    return [Object.assign({}, cur, {index: i}), !playing, playing ? "pause" : "play", page];
+}""".replace("PAGE_SIZE", str(PAGE_SIZE))
 
 
 def register(app: Dash, state, guarded, show_message) -> None:
     plans = state.plans
 
     @app.callback(Output("step", "data"), Output("step-table", "data"), Output("step-poll", "disabled"),
-                  Output("step-status", "children"),
-                  Input("plan-steps", "data"), Input("step-poll", "n_intervals"), State("step", "data"))
-    @guarded(4)
+                  Output("step-status", "children"), Output("step-table", "page_current", allow_duplicate=True),
+                  Input("plan-steps", "data"), Input("step-poll", "n_intervals"), State("step", "data"),
+                  prevent_initial_call="initial_duplicate")
+    @guarded(5)
     def on_plan_steps(sel, _poll, cur):
         if not sel:  # (the selected plan reaches this tab only while it is shown: steps replay a whole plan)
             raise PreventUpdate
@@ -192,16 +208,17 @@ def register(app: Dash, state, guarded, show_message) -> None:
         n = len(f.points[key].applications)
         steps = plans.steps(gid, key, wait=0.05 if ctx.triggered_id != "step-poll" else 0)
         if steps is None:
-            return no_update, [], False, f"replaying {plural(n, 'rule application')} with incremental scheduling ..."
+            return no_update, [], False, f"replaying {plural(n, 'rule application')} with incremental scheduling ...", \
+                no_update
         same = cur and cur.get("gid") == gid and cur.get("version") == f.version and cur.get("key") == key
         if same and ctx.triggered_id == "step-poll":
-            return no_update, no_update, True, no_update
-        start = len(steps) - 1 if steps else -1
+            return no_update, no_update, True, no_update, no_update
+        start = 0 if steps else -1  # step 1: forward moves on, back shows the imported graph (step 0)
         return ({"gid": gid, "version": f.version, "key": key, "index": start, "count": len(steps)},
-                step_rows(steps), True, plural(len(steps), "step") if steps else "this plan changes nothing: no steps")
+                step_rows(steps), True, plural(len(steps), "step") if steps else "this plan changes nothing: no steps", 0)
 
     app.clientside_callback(STEP, Output("step", "data", allow_duplicate=True), Output("step-timer", "disabled"),
-                            Output("step-play", "children"),
+                            Output("step-play", "children"), Output("step-table", "page_current"),
                             Input("step-first", "n_clicks"), Input("step-back", "n_clicks"),
                             Input("step-fwd", "n_clicks"), Input("step-last", "n_clicks"),
                             Input("step-play", "n_clicks"), Input("step-timer", "n_intervals"),

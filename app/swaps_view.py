@@ -212,9 +212,13 @@ def _bars(items: list, y: int, meta: str, name: str, color: str, hover: list[str
 
 def _step_curve(times, live, name: str, meta: str, color: str, dash: str, max_points: int) -> dict:
     """Bytes alive over time as a step line: one point per distinct time (the bytes after all of its
-    events: frees come first, so the peak is kept), downsampled keeping the peak."""
+    events: frees come first, so the peak is kept), downsampled keeping the peak; after the last op
+    the line holds its bytes (the program's end frees everything: no drop to 0 B)."""
     last = np.flatnonzero(np.r_[times[1:] != times[:-1], True]) if len(times) else np.zeros(0, np.int64)
     times, live = times[last], live[last]
+    if len(live) >= 2 and live[-1] < live[-2]:  # the end's frees: the line holds the last op's bytes, not 0 B
+        live = live.copy()
+        live[-1] = live[-2]
     idx = figures.downsample_indices(live, max_points)
     return {"type": "scatter", "mode": "lines", "xaxis": "x", "yaxis": "y2", "meta": meta,
             "name": f"{name} (peak {format_bytes(int(live.max()) if len(live) else 0)})",

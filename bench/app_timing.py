@@ -401,7 +401,7 @@ def plan_timings(browser, create_app, model: str, runs: int) -> dict[str, list[f
         rec("open MODEL: page, slider and plan cards (cold server)", time.perf_counter() - t0)
         gid = f"sample:{model}"
         f = state.plans.frontier(gid)
-        keys, k0 = f.slider(), f.default()
+        keys, k0 = f.stops(), f.default()  # a slider stop per point
         pg.wait_for_function(MARKS_SHOWN, arg=["graph", k0], polling="raf")
         rec("open MODEL: ... and the plan's marks on the graph", time.perf_counter() - t0)
         t0 = time.perf_counter()
@@ -440,6 +440,9 @@ def plan_timings(browser, create_app, model: str, runs: int) -> dict[str, list[f
             state.plans.steps(gid, target, wait=None)
             pg.click("text=Rule steps")
             n = len(f.points[target].applications)
+            pg.wait_for_function("(t) => (document.querySelector('#step-title')?.innerText || '').trim() === t",
+                                 arg=f"step 1 of {n}", polling="raf")  # the steps open on the first
+            pg.click("#step-last")
             pg.wait_for_function("(t) => (document.querySelector('#step-title')?.innerText || '').trim() === t",
                                  arg=f"step {n} of {n}", polling="raf")
             btn = pg.locator("#step-back")

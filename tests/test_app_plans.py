@@ -42,17 +42,15 @@ def test_slider_walks_the_non_dominated_points_peak_ascending():
     # the default: the least peak within 10% of eager's latency
     assert f.default() == 1
     assert f.default(overhead=0.25) == 0
-    s = slider_of(f)
-    assert s["ratios"] == [0.5, 0.6, 0.8, 1.0] and s["keys"] == [0, 1, 3, 5]
-    assert s["min"] == 0 and s["max"] == 3
+    s = slider_of(f)  # a stop for every point, peak ascending (then latency)
+    assert s["ratios"] == [0.5, 0.6, 0.6, 0.8, 0.9, 1.0] and s["keys"] == [0, 1, 2, 3, 4, 5]
+    assert s["min"] == 0 and s["max"] == 5
     assert s["default"] == 1 and s["default_key"] == 1
-    # labels never crowd: the ends always, between them at least two stops and 0.06 apart
-    assert [m["label"] for m in s["marks"].values()] == ["0.50x", " ", "0.80x", "1.00x"]
-    # many stops: a label next to the last stop's gives way to it (btlm_3b drew "0.98x1.00x")
-    many = frontier_of([plan("magis", 10 * k, 2.0 - 0.1 * k) for k in range(1, 9)] + [plan("magis", 98, 1.01),
-                                                                                      plan("eager", 100, 1.00)])
+    # labels name peak and overhead; the ends always drawn, between them spaced out
+    assert s["labels"][0] == "0.50x · +20%" and s["labels"][-1] == "1.00x · +0%"
+    many = frontier_of([plan("magis", 10 * k, 2.0 - 0.1 * k) for k in range(1, 25)] + [plan("eager", 300, 1.00)])
     labels = [m["label"] for m in slider_of(many)["marks"].values()]
-    assert labels[-1] == "1.00x" and labels[-2] == " " and labels[0] == "0.10x"
+    assert labels[0] != " " and labels[-1] == "1.00x · +0%" and 3 <= sum(x != " " for x in labels) <= 9
 
 
 def test_fit_in_picks_the_fastest_point_under_a_memory_limit():
@@ -74,7 +72,7 @@ def test_pareto_figure_has_a_trace_per_method_with_point_keys():
     by_name = {t["name"]: t for t in fig["data"]}
     assert by_name["DTR"]["customdata"] == [1, 2]
     assert by_name["MAGIS"]["customdata"] == [0]
-    assert by_name["frontier (slider)"]["x"] == [50, 80, 100]
+    assert by_name["frontier (non-dominated)"]["x"] == [50, 80, 100]
     sel = [t for t in fig["data"] if t["name"] == "selected"][0]
     assert sel["x"] == [80] and sel["y"] == [pytest.approx(1.02e3)]
 
@@ -247,7 +245,7 @@ def test_optimize_job_from_the_app_finishes_or_cancels_keeping_the_best():
         st.shutdown()
 
 
-def test_a_dominated_point_places_the_slider_at_the_nearest_stop_and_says_so():
+def test_a_dominated_point_has_its_own_stop_and_the_caption_names_the_point_that_dominates_it():
     pts = [plan("magis", 50, 1.20), plan("magis", 60, 1.05), plan("dtr", 62, 1.30),  # dominated by [1]
            plan("dtr", 80, 1.02), plan("sqrt_n", 75, 1.10),  # dominated by [3]... nearer 80 than 60
            plan("eager", 100, 1.00)]
@@ -255,10 +253,11 @@ def test_a_dominated_point_places_the_slider_at_the_nearest_stop_and_says_so():
     from app.optimizer_view import plan_caption, slider_stop
 
     assert f.slider() == [0, 1, 3, 5]
-    assert [slider_stop(f, k) for k in range(6)] == [0, 1, 1, 2, 2, 3]
-    assert "off the frontier" not in plan_caption(f, 1)
+    assert [slider_stop(f, k) for k in range(6)] == [0, 1, 2, 4, 3, 5]
+    assert "dominated" not in plan_caption(f, 1)
     cap = plan_caption(f, 2)
-    assert cap.startswith("point 2: DTR") and "off the frontier" in cap and "nearest stop, 0.60x" in cap
+    assert cap.startswith("point 2: DTR") and "stop 3 of 6: 0.62x · +30%" in cap
+    assert "dominated: point 1 (0.60x · +5%) is no larger and no slower" in cap
     assert "0 rule applications" in cap
 
 
