@@ -479,9 +479,10 @@ def format_tables(res: dict[str, Any]) -> str:
     cal = res.get("calibration")
     if cal:
         lines.append(f"calibration: {cal.get('signatures')} op signatures timed in {cal.get('seconds')} s; "
-                     f"median |error| of the analytic model before/after/held out: "
-                     f"{cal.get('median_abs_rel_error_before')}/{cal.get('median_abs_rel_error_after')}/"
-                     f"{cal.get('median_abs_rel_error_held_out')}")
+                     "median |relative error| of the analytic model before / after the fit / held out: "
+                     + " / ".join(_pct(cal.get(k)).lstrip("+") for k in ("median_abs_rel_error_before",
+                                                                          "median_abs_rel_error_after",
+                                                                          "median_abs_rel_error_held_out")))
         lines.append("")
     head = (f"{'script':<28}{'sim MiB':>10}{'resv pred':>10}{'alloc meas':>11}{'resv meas':>10}{'alloc/sim':>10}"
             f"{'resv/pred':>10}{'ovh pred':>9}{'ovh cal':>9}{'ovh meas':>9}  outputs")
