@@ -6,9 +6,12 @@ Per workload and way of running one training step (forward, loss, backward): the
 tensor storages measured on the CPU (``core.codegen.runtime.LiveBytesTracker``, parameters, buffers
 and batch counted from the start; the compiled policy is not measured -- a dispatch mode around a
 compiled step sees the compiled region as one call) and the median step time over ``--reps``
-steps after one warm-up.  Rows: eager; the policy in eager mode; the policy under
-``torch.compile(backend="aot_eager")``; the full plan via ``plan_step``.  The predicted peaks are
-the simulator's (eager, plan, policy).
+steps after one warm-up.  Rows: eager; the policy in eager mode, the whole step as one checkpoint
+region; the same under ``torch.compile(backend="aot_eager")``; the policy with one checkpoint region
+per block (``regions="blocks"``, ``policy.apply(module)``: each repeated block's forward
+checkpointed on its own, so torch recomputes block by block during the backward); the full plan via
+``plan_step``.  Both policies come from one searched plan.  The predicted peaks are the simulator's
+(eager, policy, per-block policy, plan).
 """
 
 from __future__ import annotations
@@ -26,7 +29,8 @@ from torch.utils.checkpoint import checkpoint
 import sample_graphs
 from core.codegen.runtime import LiveBytesTracker
 from core.fmt import format_bytes
-from core.train import LimitWarning, checkpoint_policy, plan_step
+from core.policy import policy_of_step
+from core.train import LimitWarning, PlanStep, plan_step
 
 NAMES = ["gpt_neo_tiny", "bert_tiny", "resnet50_tiny"]
 
@@ -54,7 +58,10 @@ def run(name: str, limit: float, budget: float, reps: int) -> list[tuple]:
     s = sample_graphs.build(name)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", LimitWarning)
-        pol = checkpoint_policy(s.module, s.loss_fn, s.inputs, memory_limit=limit, time_budget=budget, cache=False)
+        step = PlanStep(s.module, s.loss_fn, s.inputs, memory_limit=limit, time_budget=budget, cache=False,
+                        progress=False)
+        pol = policy_of_step(step, s.module, s.loss_fn, tuple(s.inputs))
+        blocks = policy_of_step(step, s.module, s.loss_fn, tuple(s.inputs), regions="blocks")
         ps = plan_step(copy.deepcopy(s.module), s.loss_fn, s.inputs, memory_limit=limit, time_budget=budget,
                        cache=False, progress=False)
     batch = tuple(s.inputs)
@@ -62,22 +69,27 @@ def run(name: str, limit: float, budget: float, reps: int) -> list[tuple]:
 
     m = copy.deepcopy(s.module)
     rows.append(("eager", *_measure(lambda *b: s.loss_fn(m, *b).backward(), m, batch, reps, True),
-                 pol.eager_peak))
+                 pol.eager_peak, None))
     m = copy.deepcopy(s.module)
     rows.append(("policy", *_measure(lambda *b: pol.checkpoint(s.loss_fn, m, *b).backward(), m, batch, reps, True),
-                 pol.policy_peak))
+                 pol.policy_peak, pol))
+    m = blocks.apply(copy.deepcopy(s.module))
+    rows.append(("policy, per block", *_measure(lambda *b: s.loss_fn(m, *b).backward(), m, batch, reps, True),
+                 blocks.policy_peak, blocks))
     m = copy.deepcopy(s.module)
     torch._dynamo.reset()
     comp = torch.compile(lambda *b: checkpoint(s.loss_fn, m, *b, use_reentrant=False, context_fn=pol.context_fn),
                          backend="aot_eager")
     rows.append(("policy, compiled", *_measure(lambda *b: comp(*b).backward(), m, batch, reps, False),
-                 pol.policy_peak))
-    rows.append(("plan_step", *_measure(ps, ps.module, batch, reps, False), ps.simulated_peak))
+                 pol.policy_peak, pol))
+    rows.append(("plan_step", *_measure(ps, ps.module, batch, reps, False), ps.simulated_peak, None))
     _, mem = ps.measure(*batch)
     ps.module.zero_grad(set_to_none=True)
-    rows[-1] = (rows[-1][0], mem["measured_peak_bytes"], rows[-1][2], rows[-1][3])
+    rows[-1] = (rows[-1][0], mem["measured_peak_bytes"], *rows[-1][2:])
     print(f"# {name}: {pol.summary()}", file=sys.stderr)
-    return [(name, *r, pol.expressed, pol.dropped) for r in rows]
+    print(f"# {name}, per block: {blocks.summary()}", file=sys.stderr)
+    return [(name, how, peak, sec, pred, f"{p.expressed} / {p.dropped}" if p is not None else "")
+            for how, peak, sec, pred, p in rows]
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -91,9 +103,9 @@ def main(argv: list[str] | None = None) -> None:
     rows = [r for n in a.names for r in run(n, a.limit, a.time_budget, a.reps)]
     print("| workload | run | measured peak | predicted peak | step time (ms) | plan decisions expressed / dropped |")
     print("|---|---|---:|---:|---:|---|")
-    for name, how, peak, sec, pred, ex, dr in rows:
+    for name, how, peak, sec, pred, decisions in rows:
         print(f"| {name} | {how} | {format_bytes(peak) if peak is not None else 'n/a'} | {format_bytes(pred)} | "
-              f"{sec * 1e3:.1f} | {ex} / {dr} |")
+              f"{sec * 1e3:.1f} | {decisions} |")
 
 
 if __name__ == "__main__":

@@ -511,13 +511,16 @@ def checkpoint_policy(module: nn.Module, loss_fn: Callable[..., torch.Tensor], i
                       memory_limit: MemoryLimit | str | float, time_budget: float = 10.0,
                       device: str | torch.device | None = None, profile: str | None = None,
                       progress: Any = False, name: str | None = None, cache: bool = True,
-                      cache_dir: Any = None) -> CheckpointPlanPolicy:
+                      cache_dir: Any = None, regions: str | Sequence[str] = "step") -> CheckpointPlanPolicy:
     """A MAGIS plan for the training step ``loss_fn(module, *inputs)`` under ``memory_limit`` (a
     fraction of the captured step's peak or a size, ``MemoryLimit``) as torch's selective-checkpoint
     policy (``core.policy``): pass its ``context_fn`` to ``torch.utils.checkpoint.checkpoint(...,
     use_reentrant=False, context_fn=...)``.  ``time_budget``: seconds of search; ``device``: where the
     step runs (default: the module's), ``profile``: its cost-model profile (default by ``device``).
     The plan is searched and cached as :func:`plan_step` does it (``cache``, ``cache_dir``).
+    ``regions``: ``"step"`` (the whole step as one region, ``policy.checkpoint(loss_fn, module, *batch)``)
+    or ``"blocks"`` / a list of module names (one region per block, ``policy.apply(module)``;
+    ``core.policy.policy_of_step``).
 
     Raises what ``plan_step`` raises for a model it cannot capture or a bad limit or device."""
     if not isinstance(module, nn.Module):
@@ -525,4 +528,4 @@ def checkpoint_policy(module: nn.Module, loss_fn: Callable[..., torch.Tensor], i
     inputs = tuple(inputs) if isinstance(inputs, (tuple, list)) else (inputs,)
     step = PlanStep(module, loss_fn, inputs, memory_limit=memory_limit, device=device, profile=profile,
                     time_budget=time_budget, progress=progress, name=name, cache=cache, cache_dir=cache_dir)
-    return policy_of_step(step, module, loss_fn, inputs)
+    return policy_of_step(step, module, loss_fn, inputs, regions)
