@@ -4,7 +4,8 @@ Element ids carry a per-graph token (``a3-n42``) so switching graphs always repl
 (and re-runs the layout); ``data.nid`` is the core node id, ``data.group`` a module group path joined
 by "/".  Classes: ``op``, ``placeholder``, ``group``, ``bwd`` (backward pass), ``more`` (elision in
 the dominator tree) and the overlays ``hot`` (a memory hot-spot at the peak of the current
-schedule), ``live`` (a tensor the user picked on the memory curve) and ``sel`` (the selected node).
+schedule), ``live`` (a tensor the user picked on the memory curve), ``sel`` (the selected node) and
+``found`` (the search box's match, set in the browser).
 """
 
 from __future__ import annotations
@@ -24,16 +25,20 @@ from .modtree import ModuleTree, Path
 
 HEAT_SCALE = sequential.YlOrRd
 ZERO_COLOR = "#e5e7eb"
-LAYOUT = {"name": "dagre", "rankDir": "TB", "nodeSep": 18, "rankSep": 30, "edgeSep": 8,
-          "animate": False, "fit": True, "padding": 16}
-DOM_LAYOUT = {"name": "dagre", "rankDir": "TB", "nodeSep": 80, "rankSep": 44, "animate": False,  # room for labels
-              "fit": True, "padding": 12}
-DOM_FULL_MAX = 80  # draw the whole dominator tree up to this many nodes, else a neighbourhood
-DOM_UP = 4  # ancestors shown above the selection
-DOM_CHILDREN = 14  # nodes shown below it
-DOM_DEPTH = 3  # levels shown below it
+LAYOUT = {"name": "dagre", "rankDir": "TB", "nodeSep": 14, "rankSep": 26, "edgeSep": 6,
+          "nodeDimensionsIncludeLabels": True, "animate": False, "fit": True, "padding": 16}
+DOM_LAYOUT = {"name": "dagre", "rankDir": "TB", "nodeSep": 12, "rankSep": 22, "animate": False,
+              "nodeDimensionsIncludeLabels": True, "fit": True, "padding": 10}
+OP_FONT = 12  # label sizes in model units: the views open at a zoom >= 0.75 (modtree.VIEW_W / VIEW_H), so
+GROUP_FONT = 13  # labels show >= 9 px on screen
+GROUP_CHARS = 24  # longest group label line (longer names are clipped in the middle, their suffix kept)
+OP_CHARS = 14  # longest op label
+DOM_FULL_MAX = 24  # draw the whole dominator tree up to this many nodes, else a neighbourhood
+DOM_UP = 2  # ancestors shown above the selection (the side panel is small: few nodes keep labels legible)
+DOM_CHILDREN = 8  # nodes shown below it
+DOM_DEPTH = 2  # levels shown below it
 DOM_PER_PARENT = 2  # children shown per node further down (the largest subtrees)
-DOM_FIRST = 5  # children shown right below the selection
+DOM_FIRST = 4  # children shown right below the selection
 
 
 def path_str(path: Path) -> str:
@@ -96,11 +101,27 @@ def _hex(rgb: str) -> str:
     return "#" + "".join(f"{v:02x}" for v in nums)
 
 
+def clip(text: str, n: int) -> str:
+    """``text`` in at most ``n`` characters, cut in the middle so its suffix survives: the last dotted
+    part if it fits ("bert…word_embeddings"), else the last "_" part ("conv…_3"), else its tail."""
+    if len(text) <= n:
+        return text
+    for sep in (".", "_"):
+        k = text.rfind(sep)
+        suffix = text[k + (sep == "."):] if k > 0 else ""
+        if suffix and len(suffix) <= n - 4:
+            return text[:n - 1 - len(suffix)] + "…" + suffix
+    keep = (n - 1) // 2
+    return text[:n - 1 - keep] + "…" + text[-keep:]
+
+
 def _node_label(g: Graph, nid: int) -> str:
     n = g[nid]
     if n.kind == NodeKind.PLACEHOLDER:
-        return n.name.rpartition(".")[2] if n.target.startswith(("param:", "buffer:")) else n.name
-    return short_op(n.op)
+        name = n.name.rpartition(".")[2] if n.target.startswith(("param:", "buffer:")) else n.name
+    else:
+        name = short_op(n.op)
+    return clip(name, OP_CHARS)
 
 
 def _cls(*names: str | None) -> str:
@@ -149,12 +170,12 @@ def graph_elements(g: Graph, tree: ModuleTree, expanded: set[Path], tok: str, he
             path = key[1]
             grp = tree.groups[path]
             phase[key] = tree.phase(path)
-            lbl = tree.label(path)
+            lbl = clip(tree.label(path), GROUP_CHARS)
             count = plural(grp.ops, "op") if grp.ops else plural(grp.size, "input")
             data = {"id": eid(key), "group": path_str(path), "label": f"{lbl}\n{count} · {format_bytes(leaf_bytes[key])}",
                     "color": colors[key], "fg": text_color(colors[key]), "bytes": format_bytes(leaf_bytes[key]),
                     "name": tree.full_name(path),
-                    "width": max(64, 7.4 * max(len(lbl), len(count) + 11) + 12), "members": grp.size,
+                    "width": group_width(lbl, count), "members": grp.size,
                     "count": count}
             base = "group"
         elements.append({"data": data, "classes": _cls(
@@ -175,6 +196,11 @@ def graph_elements(g: Graph, tree: ModuleTree, expanded: set[Path], tok: str, he
         edges.append({"data": {"id": f"{tok}-e{i}", "source": eid(src), "target": eid(dst), "count": c},
                       "classes": _cls("multi" if c > 1 else None, "rev" if rev else None)})
     return elements + edges
+
+
+def group_width(label: str, count: str) -> float:
+    """A group box's width in model units: its two label lines at ``GROUP_FONT``."""
+    return max(64, 0.6 * GROUP_FONT * max(len(label), len(count) + 11) + 12)
 
 
 def _key_order(tree: ModuleTree, g: Graph):
@@ -253,23 +279,24 @@ def dom_elements(g: Graph, dt: DominatorTree, children: dict[int, list[int]], si
 def stylesheet(dom: bool = False) -> list[dict]:
     return [
         {"selector": "node", "style": {
-            "label": "data(label)", "font-size": 11, "color": "#1f2937", "text-valign": "bottom",
+            "label": "data(label)", "font-size": OP_FONT, "color": "#1f2937", "text-valign": "bottom",
             "text-margin-y": 2, "text-wrap": "wrap", "background-color": "data(color)",
             "border-width": 1, "border-color": "#6b7280", "width": 16, "height": 16,
-            "min-zoomed-font-size": 3}},
+            "min-zoomed-font-size": 6}},  # below 6 px on screen a label is noise: hidden until zoomed in
         {"selector": "node.op", "style": {"shape": "round-rectangle", "width": 26, "height": 16,
                                           "text-max-width": 80, "text-overflow-wrap": "anywhere"}},
         {"selector": "node.placeholder", "style": {"shape": "ellipse", "width": 11, "height": 11,
                                                    "border-color": "#9ca3af"}},
         {"selector": "node.group", "style": {
             "shape": "round-rectangle", "width": "data(width)", "height": 40, "text-valign": "center",
-            "text-halign": "center", "font-size": 13, "border-width": 1.5, "border-color": "#374151",
+            "text-halign": "center", "font-size": GROUP_FONT, "border-width": 1.5, "border-color": "#374151",
             "color": "data(fg)",
             "text-max-width": 260}},
         {"selector": "node.bwd", "style": {"border-style": "dashed"}},
         {"selector": "node.more", "style": {
             "shape": "round-rectangle", "background-color": "#f9fafb", "border-style": "dashed",
-            "width": 110, "height": 26, "text-valign": "center", "font-size": 8, "color": "#6b7280"}},
+            "width": 120, "height": 30, "text-valign": "center", "font-size": OP_FONT, "color": "#6b7280",
+            "text-max-width": 200}},
         {"selector": "node.entry", "style": {"shape": "diamond", "width": 18, "height": 18}},
         {"selector": "node.hot", "style": {"border-color": "#dc2626", "border-width": 3}},
         # what the selected plan did to an op (or to an op inside a collapsed group)
@@ -288,6 +315,8 @@ def stylesheet(dom: bool = False) -> list[dict]:
         {"selector": "node.live", "style": {
             "border-color": "#2563eb", "border-width": 4, "border-style": "double",
             "underlay-color": "#60a5fa", "underlay-opacity": 0.45, "underlay-padding": 5}},
+        {"selector": "node.found", "style": {"underlay-color": "#facc15", "underlay-opacity": 0.7,
+                                             "underlay-padding": 8}},
         {"selector": "node.sel", "style": {
             "border-color": "#111827", "border-width": 4, "overlay-color": "#111827",
             "overlay-opacity": 0.12, "overlay-padding": 6, "z-index": 99, "font-weight": "bold"}},
@@ -306,8 +335,8 @@ def ftree_stylesheet() -> list[dict]:
     purple border (the colour of the plan's fission marks), the candidates (n = 1) dashed grey."""
     return [
         {"selector": "node", "style": {
-            "label": "data(label)", "shape": "round-rectangle", "width": "data(width)", "height": 44,
-            "background-color": "data(color)", "color": "data(fg)", "font-size": 10, "text-wrap": "wrap",
+            "label": "data(label)", "shape": "round-rectangle", "width": "data(width)", "height": 50,
+            "background-color": "data(color)", "color": "data(fg)", "font-size": OP_FONT, "text-wrap": "wrap",
             "text-valign": "center", "text-halign": "center", "text-max-width": 300,
             "border-width": 1.5, "border-color": "#6b7280", "min-zoomed-font-size": 4}},
         {"selector": "node.ft-cand", "style": {"border-style": "dashed"}},

@@ -220,7 +220,7 @@ def ftree_elements(g: Graph, ftree: FTree, tok: str, enabled: Iterable[int],
         n = n_of.get(f.id) if on else 1
         below = _below(ftree, f.children, shown)
         label = node_label(g, f, n, below)
-        width = max(70, 6.3 * max(len(s) for s in label.split("\n")) + 14)
+        width = max(70, 7.2 * max(len(s) for s in label.split("\n")) + 14)  # 12-unit font
         els.append({"data": {"id": f"{tok}-f{f.id}", "fid": f.id, "label": label, "color": colors[f.id],
                              "fg": text_color(colors[f.id]), "width": width, "heat": format_bytes(f.heat),
                              "ops": len(f.split.nodes), "n": n, "below": below, "dominator": g[f.dominator].name},
@@ -230,7 +230,7 @@ def ftree_elements(g: Graph, ftree: FTree, tok: str, enabled: Iterable[int],
     if len(roots) > 1:
         below = _below(ftree, [f.id for f in roots], shown)
         label = "F-Tree" + (f" ▾{below}" if below else "")
-        els.insert(0, {"data": {"id": f"{tok}-froot", "label": label, "below": below, "width": 14 + 7 * len(label)},
+        els.insert(0, {"data": {"id": f"{tok}-froot", "label": label, "below": below, "width": 14 + 8 * len(label)},
                        "classes": "ft-root"})
         edges = [(f"{tok}-froot", f"{tok}-f{f.id}") for f in roots if f.id in shown] + edges
     els += [{"data": {"id": f"{a}-{b.rpartition('-')[2]}", "source": a, "target": b}} for a, b in edges]
@@ -460,6 +460,48 @@ def register(app: Dash, state: AppState, guarded, show_message) -> None:
     app.clientside_callback(MARK_FTREE, Output("ftree-marked", "data"), Input("ftree-s", "data"),
                             Input("graph", "elements"), Input("ftree", "elements"), Input("side-view", "value"),
                             State("paths", "data"))
+    register_search(app, state, guarded)
+
+
+# ---- the computation graph's search box (layout.graph_panel; it sits with the graph views' callbacks) ----
+def register_search(app: Dash, state: AppState, guarded) -> None:
+    """Typing in the search box finds a node, tensor or module by name (``ModuleTree.find``), expands
+    the view so it is drawn, selects a node (the details and the dominator tree follow), and the browser
+    centres and highlights it (``magisFind`` in assets/cyfix.js)."""
+
+    @app.callback(Output("view", "data", allow_duplicate=True), Output("selected", "data", allow_duplicate=True),
+                  Output("search-hit", "data"), Output("graph-search-note", "children"),
+                  Input("graph-search", "value"), State("model", "value"), State("view", "data"),
+                  prevent_initial_call=True)
+    @guarded(4)
+    def on_search(query, gid, view):
+        if not query or not str(query).strip():
+            return no_update, no_update, None, ""
+        entry = state.entry(gid)
+        tree = entry.tree
+        key, n = tree.find(str(query))
+        if key is None:
+            return no_update, no_update, None, f"no node, tensor or module matches “{query}”"
+        expanded = {tuple(p for p in s.split("/") if p) for s in (view or {}).get("expanded", [])} \
+            if isinstance(view, dict) and view.get("gid") == gid else tree.initial_expanded()
+        more = f" (first of {n} matches)" if n > 1 else ""
+        if key[0] == "n":
+            nid = key[1]
+            new = tree.reveal(expanded, nid)
+            hit = {"gid": gid, "tok": entry.tok, "nid": nid}
+            sel = {"gid": gid, "nid": nid}
+            note = f"found {entry.graph[nid].name} ({short_op(entry.graph[nid].op)}){more}"
+        else:
+            new = tree.show_group(expanded, key[1])
+            hit = {"gid": gid, "tok": entry.tok, "group": "/".join(key[1])}
+            sel = no_update
+            note = f"found module {tree.full_name(key[1])}{more}"
+        out_view = {"gid": gid, "expanded": sorted("/".join(p) for p in new)} if new != expanded else no_update
+        return out_view, sel, hit, note
+
+    app.clientside_callback("function(hit) { if (window.magisFind) { window.magisFind(hit); } return null; }",
+                            Output("graph-search-note", "title"), Input("search-hit", "data"),
+                            prevent_initial_call=True)
 
 
 __all__ = ["BuiltFTree", "FTreeCache", "cache_of", "enabled_from_marks", "enabled_in_graph", "ftree_details",

@@ -21,6 +21,7 @@ highlights are applied in the browser (``MARK_FUSION``), as the plan marks of th
 from __future__ import annotations
 
 import logging
+import math
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
@@ -35,7 +36,7 @@ from core.fmt import format_bytes, plural
 from core.ir.graph import Graph
 from core.search.fusion import HOW, FusionError, FusionPlan, FusionProblem, fuse
 
-from .cyto import layout_for
+from .cyto import OP_FONT, clip, layout_for
 from .errors import AppError
 from .figures import fmt_seconds, short_op
 from .panels import _card
@@ -60,8 +61,12 @@ GRAPHS_KEPT = 6  # op graphs kept (one per graph id)
 PALETTE = ("#4e79a7", "#f28e2b", "#59a14f", "#b07aa1", "#edc948", "#76b7b2", "#ff9da7", "#9c755f",
            "#a0cbe8", "#bcbd22", "#8c6d31", "#17becf")  # no red: red marks what is wrong (invalid, cut, too big)
 SINGLE_COLOR = "#e5e7eb"  # an op in a group of its own
-FUSION_LAYOUT = {"name": "dagre", "rankDir": "LR", "nodeSep": 10, "rankSep": 22, "edgeSep": 6,
-                 "animate": False, "fit": True, "padding": 12}
+# the ops in rows, in topological order, each row read the other way than the one above (consecutive ops
+# stay neighbours): positions come with the elements (``fusion_positions``), sized to the panel's shape
+FUSION_LAYOUT = {"name": "preset", "animate": False, "fit": True, "padding": 12}
+FUSION_CELL = (100, 64)  # model units per op: a 12-unit label of up to 12 characters and room for edges
+FUSION_ASPECT = 2.6  # the panel's width over its height (about 1100 x 420 px)
+FUSION_LABEL_CHARS = 12
 HOW_SHORT = {"cut": "one cut, all valid", "largest": "largest valid part", "both": "both sides split",
              "no-cut": "random (no cut)", "rounds": "random (rounds)", "random": "random split"}
 
@@ -339,12 +344,27 @@ def group_styles(plan: FusionPlan) -> list[dict]:
     return out
 
 
+def fusion_positions(n: int) -> list[dict]:
+    """Model positions of ``n`` ops in topological order: rows of ``cols`` ops, every other row right
+    to left, with ``cols`` chosen so the grid has about the panel's shape."""
+    cw, ch = FUSION_CELL
+    cols = max(1, min(n, math.ceil(math.sqrt(n * FUSION_ASPECT * ch / cw))))
+    out = []
+    for i in range(n):
+        r, c = divmod(i, cols)
+        out.append({"x": (c if r % 2 == 0 else cols - 1 - c) * cw, "y": r * ch})
+    return out
+
+
 def fusion_elements(fg: FusionGraph) -> list[dict]:
-    """The op graph as cytoscape elements: ``{tok}-f{pos}`` per op (data: pos, nid, label, name),
-    ``{tok}-fe{u}-{v}`` per edge (data: u, v)."""
+    """The op graph as cytoscape elements: ``{tok}-f{pos}`` per op (data: pos, nid, label -- the short
+    op clipped to its suffix, name), placed by ``fusion_positions``; ``{tok}-fe{u}-{v}`` per edge (data:
+    u, v)."""
     t = fg.tok
-    nodes = [{"data": {"id": f"{t}-f{i}", "pos": i, "nid": fg.node_ids[i], "label": fg.labels[i],
-                       "name": fg.names[i]}, "classes": "fop"} for i in range(fg.n)]
+    pos = fusion_positions(fg.n)
+    nodes = [{"data": {"id": f"{t}-f{i}", "pos": i, "nid": fg.node_ids[i], "label": clip(fg.labels[i], FUSION_LABEL_CHARS),
+                       "op": fg.labels[i], "name": fg.names[i]}, "position": pos[i], "classes": "fop"}
+             for i in range(fg.n)]
     edges = [{"data": {"id": f"{t}-fe{u}-{v}", "source": f"{t}-f{u}", "target": f"{t}-f{v}", "u": u, "v": v}}
              for u, v in fg.edges]
     return nodes + edges
@@ -471,7 +491,7 @@ def unfused_line(plan: FusionPlan) -> str:
 def fusion_stylesheet() -> list[dict]:
     return [
         {"selector": "node", "style": {
-            "label": "data(label)", "font-size": 10, "color": "#1f2937", "text-valign": "bottom", "text-margin-y": 2,
+            "label": "data(label)", "font-size": OP_FONT, "color": "#1f2937", "text-valign": "bottom", "text-margin-y": 2,
             "shape": "round-rectangle", "width": 24, "height": 14, "background-color": SINGLE_COLOR,
             "border-width": 1, "border-color": "#9ca3af", "min-zoomed-font-size": 5}},
         {"selector": "node.fu-fused", "style": {"background-color": "data(fcolor)", "border-color": "#374151"}},
@@ -549,7 +569,7 @@ MARK_FUSION = """function(marks, hl, _els) {
 HOVER_FUSION = """function(d, marks) {
     if (!d || d.pos === undefined) { return ""; }
     const g = marks && marks.group_of ? marks.group_of[String(d.pos)] : undefined;
-    return d.name + " · " + d.label + (g === undefined ? "" : " · group " + g);
+    return d.name + " · " + (d.op || d.label) + (g === undefined ? "" : " · group " + g);
 }"""
 
 
@@ -670,7 +690,7 @@ def register(app: Dash, state: AppState, guarded, show_message) -> None:
             note = f"{plural(fg.n, 'op')}: too many to draw here (at most {DRAW_MAX}); the tables list the plan"
             return "", False, [], FUSION_LAYOUT, note, shown_out, not running, status
         els = fusion_elements(fg)
-        note = f"{plural(fg.n, 'op')} of {state.label(gid)} in topological order (left to right) · scroll to zoom"
+        note = f"{plural(fg.n, 'op')} of {state.label(gid)} in topological order, row by row (each row read the other way than the one above) · scroll to zoom"
         return "", False, els, layout_for(els, FUSION_LAYOUT), note, shown_out, not running, status
 
     @app.callback(Output("fusion-poll", "disabled", allow_duplicate=True),

@@ -27,6 +27,14 @@ MAX_LOOSE = 4  # a group with sub-modules shows at most this many own ops loose,
 CHUNK = 60  # a group never shows more than this many nodes at once: bigger ones split into runs
 CHUNK_PREFIX = "#"  # synthetic child "#3": the third run of CHUNK nodes (traced order)
 BACKWARD_KINDS = (TensorKind.GRADIENT, TensorKind.OPTIMIZER_STATE)
+# the opening view must fit its panel (about 900 x 580 px) at a zoom that keeps labels readable (>= 0.78:
+# 12-unit op labels >= 9 px): at most this much room in model units, as a layered (dagre) layout takes it
+VIEW_W, VIEW_H = 1100, 700
+RANK_H = 40 + 26  # a group box's height plus the layout's rank separation
+GROUP_CHAR_W = 0.6 * 13  # a group label character (13-unit font); labels are clipped to 24 characters
+NODE_SEP = 14
+WIDTH_SLACK = 2.5  # the layout's width over the widest rank's elements side by side (measured: 1.1-2.4x;
+# edges that skip ranks take room in the ranks between, and the ranks are not packed)
 
 
 def phase_of(node: Node) -> str:
@@ -55,6 +63,10 @@ class ModuleTree:
         self.split = (len(set(phases.values())) > 1) if split_phases is None else split_phases
         self.path_of: dict[int, Path] = {}
         self.groups: dict[Path, Group] = {ROOT: Group(ROOT)}
+        self._edges = [(p, n.id) for n in g for p in g.preds(n.id)]  # for the size of a view's layout
+        self._initial: dict[int, set[Path]] = {}
+        self._pos = {nid: i for i, nid in enumerate(g.nodes)}
+        self._names = [(n.id, n.name.lower(), n.op.lower()) for n in g]
         for pos, n in enumerate(g):
             parts = tuple(p for p in n.module.split(".") if p)
             path = ((phases[n.id],) if self.split else ()) + parts
@@ -204,10 +216,87 @@ class ModuleTree:
             out.add(path[:k])
         return out
 
+    def extent(self, expanded: set[Path]) -> tuple[float, float]:
+        """About the (width, height) in model units of a layered top-down layout of the view: ranks by
+        the longest path of the collapsed graph (backward-pass edges reversed, as drawn), each rank as
+        wide as its elements side by side."""
+        vis = self.visible(expanded)
+        succ: dict = {}
+        indeg: dict = {k: 0 for k in set(vis.values())}
+        for a, b in self._edges:
+            ka, kb = vis[a], vis[b]
+            if ka == kb:
+                continue
+            if self._phase_of(ka) == "bwd" and self._phase_of(kb) == "bwd":
+                ka, kb = kb, ka
+            s = succ.setdefault(ka, set())
+            if kb not in s:
+                s.add(kb)
+                indeg[kb] += 1
+        # drop the back edges of a depth-first walk in traced order (the collapsed graph has cycles:
+        # a module's own ops feed its sub-modules and read their outputs), as the layout breaks them
+        first = {k: (self.groups[k[1]].first if k[0] == "g" else self._pos[k[1]]) for k in indeg}
+        state: dict = {}
+        for root in sorted(indeg, key=first.get):
+            if root in state:
+                continue
+            state[root] = 1
+            stack = [(root, iter(sorted(succ.get(root, ()), key=first.get)))]
+            while stack:
+                k, it = stack[-1]
+                c = next(it, None)
+                if c is None:
+                    state[k] = 2
+                    stack.pop()
+                elif c not in state:
+                    state[c] = 1
+                    stack.append((c, iter(sorted(succ.get(c, ()), key=first.get))))
+                elif state[c] == 1:  # a back edge
+                    succ[k].discard(c)
+                    indeg[c] -= 1
+        indeg_in = dict(indeg)
+        rank = {k: 0 for k, d in indeg.items() if d == 0}
+        todo = list(rank)
+        while todo:
+            k = todo.pop()
+            for c in succ.get(k, ()):
+                rank[c] = max(rank.get(c, 0), rank[k] + 1)
+                indeg[c] -= 1
+                if indeg[c] == 0:
+                    todo.append(c)
+        for k in sorted(rank, key=rank.get, reverse=True):  # a source sits right above its first use
+            if indeg_in.get(k, 0) == 0 and succ.get(k):
+                rank[k] = min(rank[c] for c in succ[k]) - 1
+        widths: dict[int, float] = {}
+        for k in indeg:
+            r = rank.get(k, 0)
+            widths[r] = widths.get(r, 0.0) + self._width(k) + NODE_SEP
+        return max(widths.values(), default=0.0), (max(widths) - min(widths) + 1) * RANK_H if widths else 0.0
+
+    def _phase_of(self, key: Key) -> str:
+        return self.phase(self.path_of[key[1]] if key[0] == "n" else key[1])
+
+    def _width(self, key: Key) -> float:
+        if key[0] == "n":
+            return 90.0  # an op box with its label under it (clipped to 14 characters)
+        path = key[1]
+        grp = self.groups[path]
+        count = len(f"{grp.ops or grp.size} ops · 000.0 KiB")
+        return max(64.0, GROUP_CHAR_W * max(min(len(self.label(path)), 24), count) + 12)
+
+    def fits(self, expanded: set[Path]) -> bool:
+        w, h = self.extent(expanded)
+        return w * WIDTH_SLACK <= VIEW_W and h <= VIEW_H
+
     def initial_expanded(self, budget: int = 150) -> set[Path]:
         """Expand groups breadth-first (shallow first, traced order) while the view stays within
-        ``budget`` elements.  Leaf modules stay collapsed: the first view shows module structure, a
-        click shows a module's ops."""
+        ``budget`` elements and its layout fits the panel at a readable zoom (``fits``).  Leaf modules
+        stay collapsed: the first view shows module structure, a click shows a module's ops."""
+        if budget not in self._initial:
+            self._initial[budget] = self._initial_expanded(budget)
+        return set(self._initial[budget])
+
+    def _initial_expanded(self, budget: int) -> set[Path]:
         expanded: set[Path] = set()
         root = self.groups[ROOT]
         count = len(root.children) + len(root.nodes)
@@ -220,6 +309,8 @@ class ModuleTree:
                     continue
                 grown = count - 1 + len(grp.children) + len(grp.nodes)
                 if grown <= budget or (self.is_chain(p) and grown <= budget + 1):
+                    if grown > 4 and not self.is_chain(p) and not self.fits(expanded | {p}):
+                        continue
                     expanded.add(p)
                     count = grown
                     nxt.extend(grp.children)
@@ -232,3 +323,40 @@ class ModuleTree:
         exp = set(expanded)
         out = [p for p in exp if p and not self.is_chain(p)]
         return sorted(out, key=lambda p: (self.groups[p].first, len(p)))
+
+    # ---- search ----------------------------------------------------------------------------------
+    def module_name(self, path: Path) -> str:
+        """The dotted module name of a group path ("" for synthetic runs / own-ops groups)."""
+        if path and (path[-1] == OTHER or path[-1].startswith(CHUNK_PREFIX)):
+            return ""
+        return ".".join(path[1:] if self.split else path)
+
+    def find(self, query: str) -> tuple[Key | None, int]:
+        """The first match of ``query`` (case-insensitive) and how many there are: a node or tensor
+        ("name" or "name[1]", an output of node "name") by name, else a module (a group path, forward
+        pass first) by dotted name, else a node by op.  Exact matches first (a node before a module),
+        then prefixes, then substrings (a module before a node); ties in traced order."""
+        q = query.strip().lower()
+        if q.endswith("]") and "[" in q:
+            q = q[:q.rindex("[")]
+        if not q:
+            return None, 0
+        mods = [(p, self.module_name(p).lower()) for p in self.groups if p]
+        mods = [(p, m) for p, m in sorted(mods, key=lambda pm: (self.phase(pm[0]) != "fwd", self.groups[pm[0]].first))
+                if m]
+        for level, test in enumerate((lambda s: s == q, lambda s: s.startswith(q), lambda s: q in s)):
+            nodes = [nid for nid, name, _op in self._names if test(name)]
+            found = [p for p, m in mods if test(m)]
+            if nodes and (not level or not found):  # an exact node name first, else modules first
+                return ("n", nodes[0]), len(nodes)
+            if found:
+                return ("g", found[0]), len({m for p, m in mods if test(m)})
+        ops = [nid for nid, _name, op in self._names if q in op]
+        return (("n", ops[0]), len(ops)) if ops else (None, 0)
+
+    def show_group(self, expanded: Iterable[Path], path: Path) -> set[Path]:
+        """``expanded`` with group ``path`` drawn as a box: its ancestors expanded, itself collapsed."""
+        out = self.collapse(expanded, path)
+        for k in range(1, len(path)):
+            out.add(path[:k])
+        return out
