@@ -11,7 +11,7 @@ SAMPLE ?= bert_tiny
 export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 
-.PHONY: run test test-fast install install-test browser bench graphs frontiers lint clean docs
+.PHONY: run test test-fast install install-test browser bench graphs frontiers classifier lint clean docs
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -53,6 +53,12 @@ graphs: install
 # the samples' precomputed memory/latency frontiers (MAGIS and every peer), opened by the app's plan bar
 frontiers: install-test
 	$(BIN)/python -m sample_graphs.frontiers
+
+# GET's validity classifier for the forward samples' layer fusion (the Fusion tab's gnn / grad explainers),
+# trained once here and shipped (core/search/fusion/weights/, with its held-out accuracy in manifest.json)
+FUSION_GRAPHS ?= mobilenet_v2 efficientnet_b3 resnet152
+classifier: install
+	$(BIN)/python -m core.search.fusion.gnn $(foreach n,$(FUSION_GRAPHS),sample_graphs/graphs/$(n).forward.json.gz) --scheme lbdf brr
 
 # the docs' results tables and figures, rendered from bench/results/*.json (tests/test_docs.py checks them)
 docs: install

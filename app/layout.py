@@ -12,7 +12,7 @@ from dash.dash_table.Format import Format
 
 from core.cost import DEFAULT_PROFILE, DEVICES
 
-from . import export_view, fusion_view, optimizer_view, steps_view, swaps_view
+from . import export_view, fusion_view, measured_view, optimizer_view, steps_view, swaps_view, url_state
 from .cyto import DOM_LAYOUT, LAYOUT, ftree_stylesheet, stylesheet
 from .figures import HOTSPOT_COLUMNS
 from .ftree_view import CANDIDATE_TEXT, ENABLED_TEXT, FTREE_LAYOUT, ftree_hint
@@ -43,6 +43,21 @@ def header(state: AppState, initial: str) -> html.Header:
     ], className="top")
 
 
+LEGEND = (  # (class of the swatch, what it means): the marks of the graph's stylesheet (cyto.stylesheet)
+    ("lg-op", "op"), ("lg-input", "input / weight"), ("lg-group", "module group (click: expand)"),
+    ("lg-bwd", "backward (∇)"), ("lg-sel", "selected"), ("lg-found", "search match"),
+    ("lg-fission", "fission (split)"), ("lg-remat", "recomputed"), ("lg-swap", "swapped out / in"),
+    ("lg-subst", "substituted"), ("lg-ftsel", "F-Tree node's S"),
+)
+
+
+def graph_legend() -> html.Div:
+    """What the shapes and outlines of the graph mean (the plan's marks show the selected plan)."""
+    return html.Div([html.Span("marks", className="muted")]
+                    + [html.Span([html.Span(className=f"sw {cls}"), text], className="lg-item") for cls, text in LEGEND],
+                    id="graph-legend", className="legend graph-legend")
+
+
 def graph_panel(init: dict) -> html.Section:
     return html.Section([
         html.Div([html.H3("Computation graph"),
@@ -58,9 +73,14 @@ def graph_panel(init: dict) -> html.Section:
                       html.Span("∇ / dashed: backward", className="muted")], className="legend")],
                  className="panel-head"),
         html.Div([html.Div(init.get("chips"), id="chips", className="chips"),
+                  dcc.Input(id="graph-search", type="search", debounce=0.35, placeholder="find a node, tensor or module",
+                            className="graph-search", autoComplete="off"),
                   html.Button("collapse all", id="collapse-all", n_clicks=0, className="btn"),
                   html.Button("reset view", id="reset-view", n_clicks=0, className="btn")],
                  className="chip-row"),
+        html.Div(id="graph-search-note", className="muted small"),
+        dcc.Store(id="search-hit"),  # {gid, tok, nid | group}: what the search box found (centred in the browser)
+        graph_legend(),
         dcc.Loading(cyto.Cytoscape(
             id="graph", elements=init.get("graph", []), layout=init.get("graph-layout", LAYOUT), stylesheet=stylesheet(),
             minZoom=0.05, maxZoom=3, wheelSensitivity=0.25, clearOnUnhover=True, autoRefreshLayout=False,
@@ -83,7 +103,7 @@ def side_panel(init: dict) -> html.Section:
             cyto.Cytoscape(id="domtree", elements=init.get("domtree", []), layout=init.get("dom-layout", DOM_LAYOUT),
                            stylesheet=stylesheet(dom=True), autoRefreshLayout=False, minZoom=0.05, maxZoom=1.3,
                            wheelSensitivity=0.25, autounselectify=True, boxSelectionEnabled=False,
-                           style={"width": "100%", "height": "280px"}),
+                           style={"width": "100%", "height": "340px"}),
             html.Div(init.get("dom-info"), id="dom-info", className="muted small"),
         ], id="domtree-box", className="side-box"),
         html.Div([
@@ -167,6 +187,7 @@ def analysis_tab(schedules: list[str], init: dict) -> html.Div:
     return html.Div([
         html.Div([graph_panel(init), side_panel(init)], className="row-graph"),
         memory_panel(schedules, init),
+        measured_view.panel(),  # the selected plan's script run on the CPU, over its simulated curve
         hotspot_panel(init),
     ], className="tab-body")
 
@@ -190,6 +211,7 @@ def build_layout(state: AppState, initial: str, init: dict | None = None) -> htm
         dcc.Loading(html.Div(init.get("summary"), id="summary", className="cards"), type="dot", delay_show=400),
         optimizer_view.plan_bar(init),
         dcc.Store(id="frontier-version"),  # {gid, version}: bumped when a graph's frontier changes
+        *url_state.components(),  # the view in the address (model, slider stop, tab)
         dcc.Tabs(workspace_tabs(schedules, init), id="tabs", value="analysis", className="tabs"),
         dcc.Store(id="view", data=init.get("view")),  # {"gid", "expanded": [paths]}
         dcc.Store(id="selected"),  # {"gid", "nid"}

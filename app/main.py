@@ -15,7 +15,7 @@ import dash_cytoscape
 
 from core.ir import io
 
-from . import bundle
+from . import bundle, measured_view, url_state
 from .callbacks import first_render, register
 from .layout import build_layout
 from .panels import message
@@ -61,6 +61,8 @@ def create_app(initial_sample: str | None = None, graph_file: str | None = None,
 
     app.layout = layout
     register(app, state)
+    url_state.register(app, state)  # the view in the address
+    measured_view.register(app, state)  # the measured curve of the exported script
     if warm:
         state.warm(initial)
     app.magis_state = state  # for tests and benchmarks

@@ -13,16 +13,22 @@ removes it from the explanation subgraph.
 Training data: groups sampled from the problems' graphs (random windows of the topological order,
 their weakly connected components) with beta drawn log-uniformly in [32 KiB, 2 MiB] or near the group's own need, labelled by
 F_beta; 20% are held out and the model's held-out accuracy is reported.  Training (6,000 groups, 40
-epochs of Adam under a one-cycle learning-rate schedule) takes about a minute on one CPU core; the
-weights are cached on disk (``$MAGIS_CACHE`` or ``~/.cache/magis``, ``fusion/``) keyed by the graphs,
-the scheme and the settings, so a graph trains once.
+epochs of Adam under a one-cycle learning-rate schedule) takes two to three minutes on one CPU core,
+so the repository ships the classifiers of the forward samples under both schemes (``make
+classifier``: ``weights/``, half-precision, with their held-out accuracy in ``weights/manifest.json``).
+A classifier is found by a key of the graphs, the scheme and the training setup (``training_setup``:
+model version, features, network, settings): shipped, else in the disk cache (``$MAGIS_CACHE`` or
+``~/.cache/magis``, ``fusion/``), else trained -- reporting each epoch with the time left -- and
+cached, so a graph trains once.  A file whose recorded key or setup differs is refused and retrained.
 """
 
 from __future__ import annotations
 
 import hashlib
+import logging
 import math
 import os
+import pickle
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -38,6 +44,13 @@ from .split import Edge, Explainer
 
 MODEL_VERSION = 3
 N_FEATURES = 10 + len(OP_CLASSES)
+HIDDEN, LAYERS = 128, 4
+WEIGHTS_DIR = Path(__file__).resolve().parent / "weights"  # the shipped classifiers (``make classifier``)
+log = logging.getLogger("magis.fusion")
+
+
+class StaleWeights(ValueError):
+    """A shipped or cached classifier of another training setup or graph: refused, retrained."""
 
 
 def group_tensors(problem: FusionProblem, group: Group, beta: float) -> tuple[torch.Tensor, torch.Tensor, list[Edge]]:
@@ -67,7 +80,7 @@ def group_tensors(problem: FusionProblem, group: Group, beta: float) -> tuple[to
 class KGNN(nn.Module):
     """1-GNN layers, sum pooling, a head giving the logit of "invalid"."""
 
-    def __init__(self, n_in: int = N_FEATURES, hidden: int = 128, layers: int = 4) -> None:
+    def __init__(self, n_in: int = N_FEATURES, hidden: int = HIDDEN, layers: int = LAYERS) -> None:
         super().__init__()
         self.inp = nn.Linear(n_in, hidden)
         self.self_lin = nn.ModuleList(nn.Linear(hidden, hidden) for _ in range(layers))
@@ -103,6 +116,8 @@ class ValidityModel:
     samples: int
     seconds: float  # training time (0 when loaded from the cache)
     cached: bool
+    source: str = "trained"  # "shipped" (the repository's weights), "cache" or "trained"
+    heldout: int = 0  # held-out groups the accuracy is measured on
 
     def logit(self, problem: FusionProblem, group: Group, beta: float) -> float:
         x, ei, _ = group_tensors(problem, group, beta)
@@ -149,19 +164,30 @@ def cache_dir() -> Path:
     return Path(os.environ.get("MAGIS_CACHE", Path.home() / ".cache" / "magis")) / "fusion"
 
 
+def training_setup(scheme: str, samples: int, epochs: int, seed: int) -> dict:
+    """Everything the weights of a classifier depend on besides its graphs: the model version (bumped
+    when the features, the network or the training change), the features, the network, the
+    settings.  A shipped or cached file whose setup differs is refused."""
+    return {"version": MODEL_VERSION, "scheme": scheme, "features": N_FEATURES, "op_classes": list(OP_CLASSES),
+            "hidden": HIDDEN, "layers": LAYERS, "samples": samples, "epochs": epochs, "seed": seed}
+
+
 def _key(problems: list[FusionProblem], samples: int, epochs: int, seed: int) -> str:
     h = hashlib.sha256()
-    h.update(f"v{MODEL_VERSION}:{problems[0].scheme}:{samples}:{epochs}:{seed}".encode())
+    h.update(repr(sorted(training_setup(problems[0].scheme, samples, epochs, seed).items())).encode())
     for p in problems:
         h.update(repr((p.names, p.preds, p.kh, p.kind, p.tensor_bytes, p.weight_bytes)).encode())
     return h.hexdigest()[:20]
 
 
-def train_validity_model(problems: list[FusionProblem], samples: int = 6000, epochs: int = 40, seed: int = 0,
-                         progress: Callable[[str], None] | None = None) -> ValidityModel:
-    """Train the classifier on groups sampled from ``problems`` (one scheme)."""
-    t0 = time.perf_counter()
-    torch.manual_seed(seed)
+def shipped_path(key: str) -> Path:
+    """Where the repository ships the weights of key ``key`` (``make classifier`` writes them)."""
+    return WEIGHTS_DIR / f"validity-{key}.pt"
+
+
+def dataset(problems: list[FusionProblem], samples: int, seed: int) -> tuple[list, list, np.random.Generator]:
+    """(train, held-out, rng) examples ``(x, edge_index, invalid)`` of the problems: ``samples``
+    groups labelled by F_beta, 20% held out; the rng continues into training (deterministic)."""
     rng = np.random.default_rng(seed)
     data = []
     per = max(1, samples // len(problems))
@@ -171,16 +197,41 @@ def train_validity_model(problems: list[FusionProblem], samples: int = 6000, epo
             data.append((x, ei, float(not p.valid(group, beta))))
     order = rng.permutation(len(data))
     n_test = max(1, len(data) // 5)
-    test = [data[i] for i in order[:n_test]]
-    train = [data[i] for i in order[n_test:]]
+    return [data[i] for i in order[n_test:]], [data[i] for i in order[:n_test]], rng
+
+
+def heldout_accuracy(net: KGNN, test: list) -> tuple[float, float]:
+    """(accuracy, majority-class accuracy) of ``net`` on held-out examples."""
+    x, ei, b = _batch([(c[0], c[1]) for c in test])
+    y = torch.tensor([c[2] for c in test])
+    with torch.no_grad():
+        pred = (net(x, ei, b, len(test)) > 0).float()
+    return float((pred == y).float().mean()), float(max(y.mean(), 1 - y.mean()))
+
+
+def _left(seconds: float) -> str:
+    return f"about {seconds:.0f} s left" if seconds < 90 else f"about {seconds / 60:.1f} min left"
+
+
+def train_validity_model(problems: list[FusionProblem], samples: int = 6000, epochs: int = 40, seed: int = 0,
+                         progress: Callable[[str], None] | None = None) -> ValidityModel:
+    """Train the classifier on groups sampled from ``problems`` (one scheme).  ``progress`` hears
+    each epoch with an estimate of the time left (the mean epoch so far times the epochs to go)."""
+    t0 = time.perf_counter()
+    torch.manual_seed(seed)
+    scheme = problems[0].scheme
+    if progress:
+        progress(f"training the validity classifier ({scheme}): sampling {samples:,} groups, then {epochs} epochs")
+    train, test, rng = dataset(problems, samples, seed)
     net = KGNN()
     opt = torch.optim.Adam(net.parameters(), lr=3e-3)
     # the boundary F_beta = beta is a sharp threshold on a sum: a decaying rate settles onto it
     sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=3e-3, total_steps=epochs * -(-len(train) // 64))
     lossf = nn.BCEWithLogitsLoss()
     if progress:
-        progress(f"training the validity classifier on {len(train)} groups ({problems[0].scheme})")
-    for _ in range(epochs):
+        progress(f"training the validity classifier on {len(train)} groups ({scheme}): epoch 0/{epochs}")
+    t1 = time.perf_counter()
+    for epoch in range(epochs):
         perm = rng.permutation(len(train))
         for i in range(0, len(perm), 64):
             chunk = [train[j] for j in perm[i:i + 64]]
@@ -191,42 +242,86 @@ def train_validity_model(problems: list[FusionProblem], samples: int = 6000, epo
             loss.backward()
             opt.step()
             sched.step()
+        if progress:
+            per_epoch = (time.perf_counter() - t1) / (epoch + 1)
+            progress(f"training the validity classifier on {len(train)} groups ({scheme}): epoch "
+                     f"{epoch + 1}/{epochs}, {_left(per_epoch * (epochs - epoch - 1))}")
     net.eval()
-    x, ei, b = _batch([(c[0], c[1]) for c in test])
-    y = torch.tensor([c[2] for c in test])
-    with torch.no_grad():
-        pred = (net(x, ei, b, len(test)) > 0).float()
-    acc = float((pred == y).float().mean())
-    maj = float(max(y.mean(), 1 - y.mean()))
-    return ValidityModel(net, problems[0].scheme, acc, maj, len(data), time.perf_counter() - t0, False)
+    acc, maj = heldout_accuracy(net, test)
+    return ValidityModel(net, scheme, acc, maj, len(train) + len(test), time.perf_counter() - t0, False,
+                         "trained", len(test))
+
+
+def _blob(m: ValidityModel, key: str, setup: dict, half: bool = False) -> dict:
+    state = {k: (v.half() if half and v.is_floating_point() else v) for k, v in m.net.state_dict().items()}
+    return {"key": key, "setup": setup, "state": state, "accuracy": m.accuracy, "majority": m.majority,
+            "samples": m.samples, "heldout": m.heldout}
+
+
+def load_weights(path: Path, key: str, setup: dict, source: str) -> ValidityModel:
+    """The classifier saved at ``path``; ``StaleWeights`` if it was made for another key (graphs,
+    settings) or training setup, ``OSError`` / ``RuntimeError`` ... if the file is damaged."""
+    blob = torch.load(path, weights_only=True)
+    if blob.get("key") != key or blob.get("setup") != setup:
+        raise StaleWeights(f"{path.name} was built for another training setup or graph "
+                           f"(its setup {blob.get('setup')}, wanted {setup})")
+    net = KGNN(setup["features"], setup["hidden"], setup["layers"])
+    net.load_state_dict({k: v.float() if v.is_floating_point() else v for k, v in blob["state"].items()})
+    net.eval()
+    return ValidityModel(net, setup["scheme"], blob["accuracy"], blob["majority"], blob["samples"], 0.0, True,
+                         source, blob.get("heldout", 0))
 
 
 def validity_model(problems: list[FusionProblem], samples: int = 6000, epochs: int = 40, seed: int = 0,
                    progress: Callable[[str], None] | None = None, use_cache: bool = True) -> ValidityModel:
-    """The classifier for ``problems`` (same scheme): from the disk cache, else trained and cached."""
+    """The classifier for ``problems`` (same scheme): the weights the repository ships for them
+    (``make classifier``), else from the disk cache, else trained (with progress and an estimate of
+    the time left) and cached.  A shipped or cached file of another training setup is refused."""
+    key = _key(problems, samples, epochs, seed)
+    setup = training_setup(problems[0].scheme, samples, epochs, seed)
     with one_thread():
-        path = cache_dir() / f"validity-{_key(problems, samples, epochs, seed)}.pt"
-        if use_cache and path.exists():
+        path = cache_dir() / f"validity-{key}.pt"
+        for where, source in ((shipped_path(key), "shipped"), (path, "cache")):
+            if source == "cache" and not use_cache or not where.exists():
+                continue
             try:
-                blob = torch.load(path, weights_only=True)
-                net = KGNN()
-                net.load_state_dict(blob["state"])
-                net.eval()
-                return ValidityModel(net, problems[0].scheme, blob["accuracy"], blob["majority"], blob["samples"],
-                                     0.0, True)
-            except (OSError, RuntimeError, KeyError, ValueError):
-                pass  # a damaged cache entry: train again
+                return load_weights(where, key, setup, source)
+            except StaleWeights as e:
+                log.warning("retraining the validity classifier: %s", e)
+            except (OSError, RuntimeError, KeyError, ValueError, TypeError, pickle.UnpicklingError) as e:
+                log.warning("retraining the validity classifier: %s is damaged (%s)", where, e)
         m = train_validity_model(problems, samples, epochs, seed, progress)
         if use_cache:
             try:
                 path.parent.mkdir(parents=True, exist_ok=True)
                 tmp = path.with_suffix(f".{os.getpid()}.tmp")
-                torch.save({"state": m.net.state_dict(), "accuracy": m.accuracy, "majority": m.majority,
-                            "samples": m.samples}, tmp)
+                torch.save(_blob(m, key, setup), tmp)
                 os.replace(tmp, path)
             except OSError:
                 pass  # an unwritable cache only costs the next run its training
         return m
+
+
+def build_shipped(problems: list[FusionProblem], out_dir: Path | None = None, samples: int = 6000, epochs: int = 40,
+                  seed: int = 0, progress: Callable[[str], None] | None = None) -> tuple[Path, ValidityModel]:
+    """Train the classifier of ``problems`` and write it where ``validity_model`` finds it shipped:
+    half-precision weights (half the size), its held-out accuracy measured on the saved weights."""
+    key = _key(problems, samples, epochs, seed)
+    setup = training_setup(problems[0].scheme, samples, epochs, seed)
+    with one_thread():
+        m = train_validity_model(problems, samples, epochs, seed, progress)
+        blob = _blob(m, key, setup, half=True)
+        net = KGNN(N_FEATURES, HIDDEN, LAYERS)
+        net.load_state_dict({k: v.float() for k, v in blob["state"].items()})
+        net.eval()
+        _train, test, _rng = dataset(problems, samples, seed)
+        blob["accuracy"], blob["majority"] = heldout_accuracy(net, test)  # of the weights as shipped
+    path = (out_dir or WEIGHTS_DIR) / f"validity-{key}.pt"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    torch.save(blob, tmp)
+    os.replace(tmp, path)
+    return path, load_weights(path, key, setup, "shipped")
 
 
 @contextmanager
@@ -292,3 +387,53 @@ def gradient_explainer(model: ValidityModel) -> Explainer:
         return _top_edges(grad, edges, k)
 
     return explain
+
+
+MANIFEST = "manifest.json"
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m core.search.fusion.gnn GRAPH_FILE... [--scheme lbdf brr]``: train and ship the
+    classifier of each forward graph file under each scheme (``make classifier``), and list them with
+    their held-out accuracy in ``weights/manifest.json``."""
+    import argparse
+    import json
+
+    from ...ir import io
+    from .problem import FusionProblem
+
+    ap = argparse.ArgumentParser(description=main.__doc__)
+    ap.add_argument("graphs", nargs="+", help="forward graph files (magis import / sample_graphs/graphs)")
+    ap.add_argument("--scheme", nargs="+", default=["lbdf", "brr"])
+    ap.add_argument("--out", default=str(WEIGHTS_DIR))
+    a = ap.parse_args(argv)
+    out = Path(a.out)
+    try:
+        entries = json.loads((out / MANIFEST).read_text())
+    except (OSError, ValueError):
+        entries = []
+    for file in a.graphs:
+        g = io.load(file)
+        for scheme in a.scheme:
+            t0 = time.perf_counter()
+            path, m = build_shipped([FusionProblem(g, scheme)], out,
+                                    progress=lambda msg: print(f"  {msg}", end="\r", flush=True))
+            for e in [e for e in entries if (e["graph"], e["scheme"]) == (g.name, scheme)]:
+                entries.remove(e)  # rebuilt: its older weights go unless they are these
+                if e["weights"] != path.name:
+                    (out / e["weights"]).unlink(missing_ok=True)
+            entries.append({"weights": path.name, "graph": g.name, "graph_file": Path(file).name, "scheme": scheme,
+                            "accuracy": m.accuracy, "majority": m.majority, "heldout": m.heldout,
+                            "samples": m.samples, "bytes": path.stat().st_size})
+            print(f"{g.name} {scheme}: held-out accuracy {m.accuracy:.4f} (majority {m.majority:.4f}) "
+                  f"in {time.perf_counter() - t0:.0f} s -> {path}")
+    entries.sort(key=lambda e: (e["graph"], e["scheme"]))
+    from ...ir.io import atomic_write
+
+    atomic_write(out / MANIFEST, (json.dumps(entries, indent=1) + "\n").encode())
+    (out / MANIFEST).chmod(0o644)  # a shipped file, readable like the weights
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
