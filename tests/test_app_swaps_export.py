@@ -135,10 +135,10 @@ def test_the_plan_file_loads_and_replays_to_the_same_graph(state, views, frontie
 
 def test_the_script_compiles_and_names_the_point(views, frontier):
     v, _ = views
-    name, src, secs = export_view.script_of(frontier, v)
+    name, src, _secs = export_view.script_of(frontier, v)
     assert name == "fig2_skip_magis_point0.py"
     compile(src, name, "exec")
-    assert "plan magis hand swap" in src and secs >= 0
+    assert "plan magis hand swap" in src
 
 
 def test_commands_and_who_can_verify(frontier):

@@ -33,5 +33,5 @@ def test_tiny_run_reports_swaps_then_spike_steps_from_each_dtr_plan(tmp_path):
     assert spikes["from"] and all(p["overhead"] <= 0.10 + 1e-12 for p in spikes["from"])
     best = spikes["best_within_10pct"]
     assert best["overhead"] <= 0.10 and best["peak"] <= swaps["best_within_10pct"]["peak"]
-    assert spikes["lowest"]["peak"] <= min(best["peak"], swaps["peak"]) and spikes["steps"] >= 0
+    assert spikes["lowest"]["peak"] <= min(best["peak"], swaps["peak"])
     assert "then spike steps" in r.stdout and "infeasible" in r.stdout

@@ -34,7 +34,7 @@ def test_substitute_writes_the_rewritten_graph(fig1_file, tmp_path, capsys):
     res = json.loads(out)
     assert [s["rule"] for s in res["sequence"]] == ["enlarge_conv", "merge_conv"]
     assert res["cost_after_ms"] < res["cost_before_ms"] and res["complete"] and res["fold_weights"]
-    assert res["states"] > 0 and res["matches"] > 0 and res["seconds"] >= 0
+    assert res["states"] > 0 and res["matches"] > 0
     assert len(res["peak_bytes"]) == 2 and len(res["latency_ms"]) == 2
     g = io.load(out_file)
     assert g.meta["transforms"] == [f"substitute {s['rule']} {','.join(s['replaced'])}" for s in res["sequence"]]
