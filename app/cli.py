@@ -183,9 +183,9 @@ def cmd_info(a: argparse.Namespace) -> dict[str, Any]:
     info = graph_info(g, device=a.device, top=a.top, cost=cost)
     if cost is not None:
         cost.save()
-    from core.simulate import predict_reserved
     from core.cost import AnalyticCost
     from core.schedule.baselines import TracedOrder
+    from core.simulate import predict_reserved
 
     pr = predict_reserved(g, TracedOrder().order(g), cost or AnalyticCost(a.device)).replay
     from core.codegen.target import attention_kernels

@@ -18,7 +18,6 @@ import transformers  # noqa: E402
 from torch._subclasses.fake_tensor import FakeTensorMode  # noqa: E402
 
 from core.codegen import runtime  # noqa: E402
-from core.codegen.verify import problems, verify_module  # noqa: E402
 from core.codegen.target import (  # noqa: E402
     CPU_FWD,
     EFF_BWD,
@@ -30,6 +29,7 @@ from core.codegen.target import (  # noqa: E402
     retarget,
     target_device,
 )
+from core.codegen.verify import problems, verify_module  # noqa: E402
 from core.frontend.workload import capture_workload  # noqa: E402
 from core.ir.torch_bridge import resolve_op, torch_dtype  # noqa: E402
 from core.schedule import get_scheduler  # noqa: E402

@@ -79,8 +79,8 @@ def reserved_peak_of(plan: Plan, imported: Graph, device: str = DEFAULT_PROFILE)
     """The predicted reserved peak of the CUDA caching allocator running ``plan``'s exported script
     (``simulate.predict_reserved``; swaps' release points from the analytic model of
     ``device``)."""
-    from ..simulate import predict_reserved
     from ..cost.model import AnalyticCost
+    from ..simulate import predict_reserved
 
     return predict_reserved(plan.graph(imported), plan.order, AnalyticCost(device), **sim_options(plan)).reserved_peak
 
