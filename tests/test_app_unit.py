@@ -10,6 +10,7 @@ import json
 import pickle
 import subprocess
 import sys
+import threading
 import time
 
 import numpy as np
@@ -393,6 +394,7 @@ def test_slow_and_failing_schedulers_never_block(state, bert):
     from core.schedule import SCHEDULERS, Scheduler
 
     gid, g = bert
+    release = threading.Event()  # the slow scheduler runs until the test lets it finish
 
     class Slow(Scheduler):
         name = "slow_test"
@@ -401,7 +403,7 @@ def test_slow_and_failing_schedulers_never_block(state, bert):
             self.budget = time_budget
 
         def order(self, g):
-            time.sleep(1.5)
+            assert release.wait(timeout=120), "the test never released the slow scheduler"
             return get_scheduler("traced").order(g)
 
     class Broken(Scheduler):
@@ -416,7 +418,8 @@ def test_slow_and_failing_schedulers_never_block(state, bert):
         assert pending == ["slow_test"] and key[-1] == "traced"  # did not wait for the slow one
         assert failed and "broken_test" in failed[0] and "no order for you" in failed[0]
         assert any("still computing: slow_test" in a["text"] for a in fig["layout"]["annotations"])
-        time.sleep(1.6)
+        release.set()
+        state.schedule_future(gid, "slow_test").result(timeout=120)  # finished: the next page poll draws it
         fig, key, pending, failed = memory_of(state, gid, "rtx3090", "traced", ["slow_test"], "step")
         assert not pending and key[-2:] == ["traced", "slow_test"]
     finally:
@@ -600,8 +603,12 @@ def test_search_budget_scales_with_the_graph_and_a_running_search_can_be_stopped
     state.time_budget = state.min_budget = math.inf
     gid = state.add_graph(big, "resnet50", kind="upload")
     fut = state.schedule_future(gid, "serenity")
-    while not fut.running():  # taken up by a worker: the search is under way
+    for _ in range(6000):  # until a worker takes it up (the search is under way): polls, a bounded count
+        if fut.running():
+            break
         time.sleep(0.01)
+    else:
+        raise AssertionError("no worker took up the search")
     assert state.cancel(gid) == 1  # it was still running
     s = state.schedule(gid, "serenity")
     assert s is not None and s.info.get("stopped") == "by the user"
