@@ -332,7 +332,7 @@ def cap_memory(device: str, cap_bytes: int) -> dict[str, Any]:
 def uncap_memory(device: str) -> None:
     if torch.device(device).type == "cuda":
         torch.cuda.set_per_process_memory_fraction(1.0, torch.device(device))
-        torch.cuda.empty_cache()
+    _empty_cache(device)
 
 
 def _peaks(device: str) -> dict[str, int | None]:
@@ -342,29 +342,41 @@ def _peaks(device: str) -> dict[str, int | None]:
 
 
 def _reset_peaks(device: str) -> None:
+    _empty_cache(device)
     if torch.device(device).type == "cuda":
-        torch.cuda.empty_cache()
         torch.cuda.reset_peak_memory_stats()
 
 
-def train_eager(c: Check, tiny: bool, device: str, steps: int) -> dict[str, Any]:
-    """``steps`` eager steps (SGD, the same seeds as :func:`train_planned`): losses, peaks, time."""
-    module, loss_fn, inputs = c.build(tiny, device)
-    loss_fn = check_loss(c, loss_fn, device)
+def _train(module: torch.nn.Module, step_loss: Callable[[], torch.Tensor], device: str,
+           steps: int) -> dict[str, Any]:
+    """``steps`` SGD steps, ``step_loss()`` running one step's forward and backward: the losses, the
+    median step time (the first step left out) and the allocator's peaks."""
     opt = torch.optim.SGD(module.parameters(), lr=1e-3)
     losses, times = [], []
     _reset_peaks(device)
     for _ in range(steps):
         _sync(device)
         t0 = time.perf_counter()
-        loss = loss_fn(module, *inputs)
-        loss.backward()
+        loss = step_loss()
         opt.step()
         opt.zero_grad(set_to_none=True)
         _sync(device)
         times.append(time.perf_counter() - t0)
-        losses.append(float(loss))
+        losses.append(float(loss.detach()))
     return {"losses": losses, "step_seconds": statistics.median(times[1:] or times), **_peaks(device)}
+
+
+def train_eager(c: Check, tiny: bool, device: str, steps: int) -> dict[str, Any]:
+    """``steps`` eager steps (SGD, the same seeds as :func:`train_planned`): losses, peaks, time."""
+    module, loss_fn, inputs = c.build(tiny, device)
+    loss_fn = check_loss(c, loss_fn, device)
+
+    def step_loss() -> torch.Tensor:
+        loss = loss_fn(module, *inputs)
+        loss.backward()
+        return loss
+
+    return _train(module, step_loss, device, steps)
 
 
 def eager_fits(c: Check, tiny: bool, device: str) -> dict[str, Any]:
@@ -378,10 +390,10 @@ def eager_fits(c: Check, tiny: bool, device: str) -> dict[str, Any]:
         return {"fits": False, "error": str(e).splitlines()[0][:200]}
     finally:
         del module
-        uncap_cache(device)
+        _empty_cache(device)
 
 
-def uncap_cache(device: str) -> None:
+def _empty_cache(device: str) -> None:
     if torch.device(device).type == "cuda":
         torch.cuda.empty_cache()
 
@@ -395,20 +407,8 @@ def train_planned(c: Check, tiny: bool, device: str, steps: int, limit: int, bud
     step = plan_step(module, check_loss(c, loss_fn, device), inputs, memory_limit=limit, time_budget=budget,
                      cache=False, progress=False)
     plan_seconds = time.perf_counter() - t0
-    opt = torch.optim.SGD(module.parameters(), lr=1e-3)
-    losses, times = [], []
-    _reset_peaks(device)
-    for _ in range(steps):
-        _sync(device)
-        t1 = time.perf_counter()
-        loss = step(*inputs)
-        opt.step()
-        opt.zero_grad(set_to_none=True)
-        _sync(device)
-        times.append(time.perf_counter() - t1)
-        losses.append(float(loss))
-    return {"losses": losses, "step_seconds": statistics.median(times[1:] or times), "plan_seconds": plan_seconds,
-            "simulated_peak": int(step.simulated_peak), "reached": bool(step.reached), **_peaks(device)}
+    return {**_train(module, lambda: step(*inputs), device, steps), "plan_seconds": plan_seconds,
+            "simulated_peak": int(step.simulated_peak), "reached": bool(step.reached)}
 
 
 def run_plan_step(c: Check, tiny: bool, device: str, steps: int, budget: float) -> dict[str, Any]:

@@ -67,26 +67,32 @@ def test_recorded_calls_are_what_the_policy_sees():
     assert pol.matched >= len(pol.calls) - 4  # arange + 3 unsqueeze of the positions are constants there
 
 
+def _train_like_eager(s, eager, mine, step_loss, steps: int = 5) -> None:
+    """``steps`` SGD steps of ``eager`` (plain autograd) and ``mine`` (``step_loss()``, its loss under a
+    policy): equal losses, gradients and buffers (batch-norm statistics updated once) at every step."""
+    opt_e = torch.optim.SGD(eager.parameters(), lr=0.05)
+    opt_m = torch.optim.SGD(mine.parameters(), lr=0.05)
+    for _ in range(steps):
+        le = s.loss_fn(eager, *s.inputs)
+        le.backward()
+        lm = step_loss()
+        lm.backward()
+        torch.testing.assert_close(lm, le, rtol=0, atol=1e-6)
+        for (n, p), q in zip(eager.named_parameters(), mine.parameters(), strict=True):
+            torch.testing.assert_close(q.grad, p.grad, rtol=1e-5, atol=1e-6, msg=n)
+        for b, c in zip(eager.buffers(), mine.buffers(), strict=True):
+            torch.testing.assert_close(c, b)
+        for opt in (opt_e, opt_m):
+            opt.step()
+            opt.zero_grad()
+
+
 @pytest.mark.parametrize("name", ["gpt_neo_tiny", "resnet50_tiny"])
 def test_training_under_the_policy_equals_eager(name):
     s, pol = _made(name)
     assert pol.plan_calls, "the plan recomputes some forward op"
     eager, mine = copy.deepcopy(s.module), copy.deepcopy(s.module)
-    opt_e = torch.optim.SGD(eager.parameters(), lr=0.05)
-    opt_m = torch.optim.SGD(mine.parameters(), lr=0.05)
-    for _ in range(5):
-        le = s.loss_fn(eager, *s.inputs)
-        le.backward()
-        lm = pol.checkpoint(s.loss_fn, mine, *s.inputs)
-        lm.backward()
-        torch.testing.assert_close(lm, le, rtol=0, atol=1e-6)
-        for (n, p), q in zip(eager.named_parameters(), mine.parameters(), strict=True):
-            torch.testing.assert_close(q.grad, p.grad, rtol=1e-5, atol=1e-6, msg=n)
-        for b, c in zip(eager.buffers(), mine.buffers(), strict=True):  # batch-norm statistics updated once
-            torch.testing.assert_close(c, b)
-        for opt in (opt_e, opt_m):
-            opt.step()
-            opt.zero_grad()
+    _train_like_eager(s, eager, mine, lambda: pol.checkpoint(s.loss_fn, mine, *s.inputs))
 
 
 class _Recomputed(TorchDispatchMode):
@@ -231,21 +237,7 @@ def test_per_block_training_equals_eager(name):
     assert pol.regions
     eager, mine = copy.deepcopy(s.module), copy.deepcopy(s.module)
     pol.apply(mine)
-    opt_e = torch.optim.SGD(eager.parameters(), lr=0.05)
-    opt_m = torch.optim.SGD(mine.parameters(), lr=0.05)
-    for _ in range(5):
-        le = s.loss_fn(eager, *s.inputs)
-        le.backward()
-        lm = s.loss_fn(mine, *s.inputs)
-        lm.backward()
-        torch.testing.assert_close(lm, le, rtol=0, atol=1e-6)
-        for (n, p), q in zip(eager.named_parameters(), mine.parameters(), strict=True):
-            torch.testing.assert_close(q.grad, p.grad, rtol=1e-5, atol=1e-6, msg=n)
-        for b, c in zip(eager.buffers(), mine.buffers(), strict=True):  # batch-norm statistics updated once
-            torch.testing.assert_close(c, b)
-        for opt in (opt_e, opt_m):
-            opt.step()
-            opt.zero_grad()
+    _train_like_eager(s, eager, mine, lambda: s.loss_fn(mine, *s.inputs))
     # every region ran its calls once per forward and saw exactly the calls it was made for
     for reg in pol.regions.values():
         assert reg._seen[-5:] == [len(reg.calls)] * 5
