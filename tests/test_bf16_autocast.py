@@ -183,3 +183,31 @@ def test_compute_dtype_is_the_products_dtype_below_the_weights(captured):
 def test_verify_refuses_a_negative_tolerance(capsys):
     assert main(["verify", spec("cnn"), "--rtol", "-0.1"]) == 2
     assert capsys.readouterr().err.strip() == "magis: error: --rtol -0.1: a tolerance is a number at least 0"
+
+
+def test_disable_refuses_a_defission_that_breaks_a_recomputed_copy():
+    """A search path on the CNN's step (Remat, swaps, a RematChain, two fissions of neighbouring
+    recomputed regions) whose last Disable restored a recomputed convolution reading the neighbour
+    fission node's output where its original reads the op: Disable refuses it, and the graph stays
+    as it was (and lints)."""
+    import re
+
+    from core.transform.registry import get_rule
+    from core.transform.rule import Application, RuleNotApplicable
+
+    g = capture_spec(spec("cnn"))
+    path = ["remat(20, 73)", "swap(21, 0, 72)", "swap(19, 0, 73)", "swap_output(68, 0)", "swap(28, 0, 67)",
+            "swap_output(58, 0)", "swap_output(66, 1)", "swap_output(66, 2)", "swap_output(59, 0)",
+            "remat_chain(2, 67, 70, 20, 21, 23, 24, 26)", "swap(67, 2, 69)", "fission(2, 21, 0, 0, 21)",
+            "deswap(84)", "fission(2, 20, 0, 2, 20)"]
+    apps = [Application(m[1], tuple(int(x) for x in m[2].split(", ")))
+            for m in (re.match(r"(\w+)\((.*)\)", s) for s in path)]
+    h = g.copy()
+    for a in apps:
+        get_rule(a.rule).apply(h, a)
+    h.lint()
+    before = {k: (n.op, n.args) for k, n in h.nodes.items()}
+    with pytest.raises(RuleNotApplicable, match="reading other values than its original"):
+        get_rule("disable").apply(h, Application("disable", (100, 21, 0, 0, 1, 21)))
+    assert {k: (n.op, n.args) for k, n in h.nodes.items()} == before
+    h.lint()

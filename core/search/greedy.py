@@ -200,6 +200,8 @@ def greedy_fission(g: Graph, order: list[int] | None = None, cost: CostModel | N
         for n in ns:
             if split.length % n:
                 continue
+            if time.perf_counter() - t0 > time_budget:  # an evaluation takes seconds on a long graph
+                break
             app = rule.application(n, f.split.comp, nodes)
             try:
                 log = recorded_split(h, split, n)  # what rule.apply(h, app) does, without planning it again

@@ -26,7 +26,8 @@ from __future__ import annotations
 import heapq
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 from ..analysis.ftree import LEVELS, build_ftree
@@ -84,6 +85,15 @@ SPIKE_MIN_SECONDS = 0.5  # the warm start's Swap steps that end this much before
 # warm start's budget on top of it (out of the sweep's share): at 60 s, btlm_3b at +10% 0.370x -> 0.291x
 # against seeds taken out of the warm start's own budget; 20 s, t5 0.640x -> 0.506x; bert_base, resnet50 unchanged
 SEED_SHARE = 0.45
+# the first slack's DTR bisection (the plan within +10%) may take up to this share of the warm start and
+# seeds together, more than the seeds' share where a DTR run is long (a graph of 9k ops at 10 s)
+SEED_FIRST = 0.5
+# anytime: Swap steps from the adopted seeds get this share of the warm start before greedy fission, so a
+# short search has MAGIS's own steps on its best points (the Swap steps at the end go on from where they end)
+QUICK_SWAP_SHARE = 0.2
+# greedy fission runs where its share is at least this many times the evaluator's construction (about one
+# simulation of the graph): the F-Tree and each candidate's full simulation cost several of them
+GREEDY_MIN = 10.0
 BATCH_SHARE = 0.2  # the warm start's share for micro-batch F-Trans along its Remat chain (batch_fission)
 BATCH_DEPTHS = 24  # states of the Remat chain that batch_fission splits first (evenly spaced)
 BATCH_SLOW = 1.8  # batch_fission skips states and parts beyond this latency (x the imported graph's)
@@ -109,6 +119,25 @@ class Record:
         return {"seconds": round(self.seconds, 4), "iteration": self.iteration, "best_peak": self.best_peak,
                 "best_latency": self.best_latency, "generated": self.generated,
                 "deduplicated": self.deduplicated, "filtered": self.filtered, "frontier_peak": self.frontier_peak}
+
+
+@dataclass
+class Stage:
+    """One stage of a run (the F-Tree and evaluator built, the seeds, greedy fission, Remat steps,
+    the sweep ...): its start and end in seconds since the optimizer was created, the states it
+    added to the seen set, and the archive's lowest peak within +5% and +10% latency after it (the
+    anytime profile: ``bench/profile_search.py``)."""
+
+    name: str
+    start: float
+    end: float
+    states: int
+    peak_at_5pct: int
+    peak_at_10pct: int
+
+    def to_dict(self) -> dict:
+        return {"name": self.name, "start": round(self.start, 3), "end": round(self.end, 3), "states": self.states,
+                "peak_at_5pct": self.peak_at_5pct, "peak_at_10pct": self.peak_at_10pct}
 
 
 @dataclass
@@ -155,10 +184,13 @@ class MOptimizer:
     def __init__(self, g: Graph, cost: CostModel | None = None, order: list[int] | None = None,
                  levels: int = LEVELS, rules: tuple[str, ...] | None = None, delta: float = DELTA,
                  hot: int = HOT, substitutions: bool = False) -> None:
+        self.created = time.perf_counter()
+        self.stages: list[Stage] = []  # what each stage of the run took and gave (``stage``)
         self.imported = g
         self.cost = cost or AnalyticCost()
         self.order = list(order) if order is not None else get_scheduler("traced").run(g).order
-        self.ftree = build_ftree(g, self.order, levels=levels)
+        self.levels = levels
+        self._ftree = None  # built on first use (``ftree``)
         tensor = rules_of(*TENSOR_FAMILIES)
         names = rules if rules is not None else ("ftree", *tensor)
         if substitutions:  # TASO's rules among the M-Rules (MAGIS section 3): the A-Trans and the
@@ -166,7 +198,7 @@ class MOptimizer:
         table = dict(rules_of(FTREE_FAMILY)) if "ftree" in names else {}  # they apply what "ftree" matches
         table.update({k: r for k, r in rules_of(*families()).items() if k in names})
         if "ftree" in names:
-            table["ftree"] = FTreeRule(self.ftree)
+            table["ftree"] = FTreeRule(lambda: self.ftree)
         self.delta, self.hot = delta, hot
         self.ev = DeltaEvaluator(g.copy(), self.order, self.cost, rules=table)
         self.root = self.ev.root
@@ -179,6 +211,32 @@ class MOptimizer:
         self.adopted: dict[MState, str] = {}  # an adopted plan's last state -> "method label"
         self.pareto_archive: ParetoArchive[MState] = ParetoArchive(lambda s: vector(s.metrics, FRONT))
         self.pareto_archive.add(self.root)
+        self.evaluator_seconds = time.perf_counter() - self.created  # about one simulation of the whole graph
+        self.stages.append(Stage("evaluator", 0.0, self.evaluator_seconds, 1, self.root.peak, self.root.peak))
+
+    @property
+    def ftree(self):
+        """The imported graph's F-Tree (L = ``levels``), built on first use: on a graph of 10k ops it
+        takes seconds that a short search spends on its seeds."""
+        if self._ftree is None:
+            self._ftree = build_ftree(self.imported, self.order, levels=self.levels)
+        return self._ftree
+
+    # ---- the run's stages --------------------------------------------------------------------------
+    def lowest_within(self, slack: float) -> int:
+        """The archive's lowest peak within ``slack`` x the imported latency."""
+        bar = slack * self.root.latency * (1 + 1e-12)
+        return min((a.peak for a in self.archive if a.latency <= bar), default=self.root.peak)
+
+    @contextmanager
+    def stage(self, name: str) -> Iterator[None]:
+        """Record the enclosed work as a ``Stage`` named ``name`` in ``stages``."""
+        t, n = time.perf_counter() - self.created, len(self.seen)
+        try:
+            yield
+        finally:
+            self.stages.append(Stage(name, t, time.perf_counter() - self.created, len(self.seen) - n,
+                                     self.lowest_within(1.05), self.lowest_within(1.10)))
 
     # ---- the archive of non-dominated states ---------------------------------------------------
     @property
@@ -265,19 +323,38 @@ class MOptimizer:
 
         t0 = time.perf_counter()
         budget = SEED_SHARE * time_budget if seed_budget is None else seed_budget
-        self.seeds = seed(self, budget)
+        self.seeds = seed(self, budget, first=SEED_FIRST * (time_budget + budget))
         time_budget = max(0.0, time_budget - max(0.0, time.perf_counter() - t0 - budget))  # what the seeds overran
         t0 = time.perf_counter()
-        res = greedy_fission(self.imported, self.order, self.cost, time_budget=(1 - REMAT_SHARE) * time_budget,
-                             ftree=self.ftree)
-        s = self.seed(res.applications, alternatives(res))
+        if self.seeds.adopted:  # anytime: MAGIS's own steps on the seeds before the longer phases
+            self.swap_phase(QUICK_SWAP_SHARE * time_budget, "from the seeds")
+        time_budget = max(0.0, time_budget - (time.perf_counter() - t0))
+        t0 = time.perf_counter()
+        s = self.root
+        share = (1 - REMAT_SHARE) * time_budget
+        if share >= GREEDY_MIN * self.evaluator_seconds:  # else it would spend its share on the F-Tree alone
+            with self.stage("greedy fission"):
+                res = greedy_fission(self.imported, self.order, self.cost, time_budget=share, ftree=self.ftree)
+                s = self.seed(res.applications, alternatives(res))
         batch = BATCH_SHARE if self.batch_splits() else 0.0
         rest = 1 - SWAP_SHARE - batch  # the Remat steps' share; the batch F-Trans's comes after it
-        end = chain = self.remat_steps(s, (time_budget * rest - (time.perf_counter() - t0)) / 2)
+        with self.stage("Remat steps from greedy fission" if s is not self.root else "Remat steps"):
+            end = chain = self.remat_steps(s, (time_budget * rest - (time.perf_counter() - t0)) / 2)
         if s is not self.root:  # fission can leave the peak where no tensor is recomputable
-            chain = self.remat_steps(self.root, time_budget * rest - (time.perf_counter() - t0))
+            with self.stage("Remat steps from the imported graph"):
+                chain = self.remat_steps(self.root, time_budget * rest - (time.perf_counter() - t0))
         if batch:  # (where the batch does not split, going back to the root alone costs seconds)
-            self.batch_fission(chain, time_budget * (1 - SWAP_SHARE) - (time.perf_counter() - t0))
+            with self.stage("batch fission"):
+                self.batch_fission(chain, time_budget * (1 - SWAP_SHARE) - (time.perf_counter() - t0))
+        self.swap_phase(time_budget - (time.perf_counter() - t0))
+        return end
+
+    def swap_phase(self, time_budget: float, where: str = "") -> None:
+        """Swap steps (``remat_steps`` with the Swap and SwapLate rules) from the archive's
+        lowest-peak state within each latency slack of ``SWAP_FROM``, ``time_budget`` shared between
+        them; a start whose Swap steps stop before its share is spent hands the rest to
+        ``spike_steps`` from the lowest-peak state they reached within the same slack."""
+        t0 = time.perf_counter()
         base = self.root.latency
         starts: list[tuple[MState, float]] = []
         for slack in SWAP_FROM:
@@ -287,13 +364,16 @@ class MOptimizer:
                 starts.append((best, slack))
         for i, (st, slack) in enumerate(starts):
             share = (time_budget - (time.perf_counter() - t0)) / (len(starts) - i)
+            if share <= 0:
+                break
             t1 = time.perf_counter()
-            self.remat_steps(st, share, step_rules=("swap", "swap_late"))
+            with self.stage(f"Swap steps within +{slack - 1:.0%} {where}".strip()):
+                self.remat_steps(st, share, step_rules=("swap", "swap_late"))
             rest = share - (time.perf_counter() - t1)
             if rest > SPIKE_MIN_SECONDS:  # the Swap steps stopped early: no child lowers the peak
                 ok = [st] + [a for a in self.archive if a.latency <= slack * base and st in a.path()]
-                self.spike_steps(min(ok, key=lambda a: (a.peak, a.latency)), rest)
-        return end
+                with self.stage(f"spike steps within +{slack - 1:.0%} {where}".strip()):
+                    self.spike_steps(min(ok, key=lambda a: (a.peak, a.latency)), rest)
 
     def batch_splits(self) -> bool:
         """Whether the imported graph's batch splits (``peers.microbatch.batch_split``): where it
@@ -711,7 +791,7 @@ class MOptimizer:
         return out
 
 
-__all__ = ["DELTA", "MOptimizer", "Objective", "Record", "SearchResult"]
+__all__ = ["DELTA", "MOptimizer", "Objective", "Record", "SearchResult", "Stage"]
 
 
 def spaced_first(n: int, first: int) -> list[int]:
@@ -822,12 +902,14 @@ def optimize(g: Graph, *, memory_limit: MemoryLimit | str | float | None = None,
     left = max(0.0, time_budget - (time.perf_counter() - t0))
     if pareto:
         if spiky:
-            spikes_within(m, SPIKE_SHARE * left, PARETO_SPIKES * m.root.latency)
+            with m.stage("spike steps below the sweep"):
+                spikes_within(m, SPIKE_SHARE * left, PARETO_SPIKES * m.root.latency)
             left = max(0.0, time_budget - (time.perf_counter() - t0))
         # the sweep searches from the root: its states stay reachable (a sweep from the warm start
         # left vit_base's frontier at eager's peak within 10% latency); the warm start's states are
         # in the archive either way
-        res = m.pareto(time_budget=left, progress=progress, cancel=cancel)
+        with m.stage("Pareto sweep (Algorithm 3)"):
+            res = m.pareto(time_budget=left, progress=progress, cancel=cancel)
         states = res.archive
         labels = [f"frontier {k}" for k in range(len(states))]
     else:
@@ -836,16 +918,19 @@ def optimize(g: Graph, *, memory_limit: MemoryLimit | str | float | None = None,
         else:
             mode, limit = "latency", latency_limit * m.root.latency
         if mode == "memory" and not any(s.peak <= limit for s in m.archive):
-            low_end(m, LOW_END_SHARE * left, limit)
+            with m.stage("low end (DTR near the limit, peak fission, Swap steps)"):
+                low_end(m, LOW_END_SHARE * left, limit)
             left = max(0.0, time_budget - (time.perf_counter() - t0))
         elif mode == "latency":
-            spikes_within(m, SPIKE_SHARE * left, limit)
+            with m.stage("spike steps below the limit"):
+                spikes_within(m, SPIKE_SHARE * left, limit)
             left = max(0.0, time_budget - (time.perf_counter() - t0))
         # from the best state known under the limit: the warm start's end may break a latency
         # limit that the imported graph meets
         obj = Objective(mode, limit)
         start = min([start, *m.archive], key=lambda s: obj.key(s.metrics))
-        res = m.search(mode, limit, left, progress, cancel, start=start)
+        with m.stage("search (Algorithm 3)"):
+            res = m.search(mode, limit, left, progress, cancel, start=start)
         states = [res.best]
         labels = [f"memory limit {format_bytes(limit)}" if mode == "memory" else f"latency limit {limit * 1e3:.2f} ms"]
     points = m.plans(states, "magis", labels)
@@ -854,9 +939,9 @@ def optimize(g: Graph, *, memory_limit: MemoryLimit | str | float | None = None,
             "limit": None if pareto else (str(memory) if memory is not None else latency_limit),
             "limit_bytes": None if memory is None else memory.bytes(m.root.peak),
             "time_budget": time_budget, "seconds": round(time.perf_counter() - t0, 3), "stopped": res.stopped,
-            "ftree_nodes": len(m.ftree.nodes), "states": len(m.seen),
+            "ftree_nodes": len(m._ftree.nodes) if m._ftree is not None else None, "states": len(m.seen),
             "seeds": len(m.seeds.adopted) if m.seeds is not None else 0, "cost": cost_name, "substitutions": substitutions,
-            "cost_profile": m.cost.device.name}
+            "cost_profile": m.cost.device.name, "stages": [st.to_dict() for st in m.stages]}
     return PlanFile(g.name, graph_hash(g), device, points, [r.to_dict() for r in res.records], meta)
 
 

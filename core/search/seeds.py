@@ -40,10 +40,12 @@ class Seeds:
     adopted: list[MState] = field(default_factory=list)
     seconds: float = 0.0
     dtr_free: dict | None = None  # the stats of DTR's unbudgeted run (what its budgets are fractions of)
+    tried: list[Plan] = field(default_factory=list)  # the plans ``adopt_seeds`` has offered to the search
 
 
 def dtr_seeds(m, time_budget: float, budgets: tuple[float, ...] = SEED_BUDGETS,
-              slack: tuple[float, ...] = SEED_SLACK, out: Seeds | None = None, refine: int = SEED_REFINE) -> Seeds:
+              slack: tuple[float, ...] = SEED_SLACK, out: Seeds | None = None, refine: int = SEED_REFINE,
+              first: float = 0.0) -> Seeds:
     """For each of ``slack`` in turn, the lowest of ``budgets`` (fractions of DTR's unbudgeted
     peak, ascending) at which DTR's plan on ``m``'s imported graph stays within that slack x the
     imported latency -- a bisection over ``budgets`` above the unbudgeted run's floor, splitting
@@ -53,7 +55,9 @@ def dtr_seeds(m, time_budget: float, budgets: tuple[float, ...] = SEED_BUDGETS,
     lowest budget and the next lower one that was run, where that one gave a plan that is too
     slow (0.5 within and 0.45 not: 0.475, then 0.4625 or 0.4875; just above a budget DTR cannot
     meet it may thrash for tens of seconds).  The plans are ``out.plans`` (``adopt_seeds`` adopts
-    them)."""
+    them).  The first slack's bisection may run for ``first`` seconds where that is more than
+    ``time_budget`` (on a long graph a DTR run takes a second or more, and its plan within the first
+    slack is the point a short search must have)."""
     from .peers.dtr import DTRFailure, DTRSim, DTRTimeout, budget_plan
 
     t0 = time.perf_counter()
@@ -66,10 +70,12 @@ def dtr_seeds(m, time_budget: float, budgets: tuple[float, ...] = SEED_BUDGETS,
     out.dtr_free = free
     plans: dict[float, Plan | None] = {}
 
+    limit = max(time_budget, first)  # the first slack's bisection: ``first``; the rest: ``time_budget``
+
     def run(b: float) -> Plan | None:
         if b not in plans:
             try:
-                p = budget_plan(g, cost, b, free, deadline=t0 + time_budget)
+                p = budget_plan(g, cost, b, free, deadline=t0 + limit)
                 out.runs[f"dtr {b:g}"] = (p.peak, p.latency)
                 plans[b] = p
                 out.plans.append(p)
@@ -82,10 +88,12 @@ def dtr_seeds(m, time_budget: float, budgets: tuple[float, ...] = SEED_BUDGETS,
         return plans[b]
 
     # budgets under the unbudgeted run's floor fail without a run: the bisection starts above them
-    first = next((i for i, b in enumerate(budgets) if int(b * free["dtr_peak"]) >= free["dtr_floor"]), len(budgets))
-    for x in slack:
-        lo, hi = first, len(budgets) - 1  # the answer lies in budgets[lo..hi], or nowhere
-        while lo <= hi and time.perf_counter() - t0 <= time_budget:
+    above = next((i for i, b in enumerate(budgets) if int(b * free["dtr_peak"]) >= free["dtr_floor"]), len(budgets))
+    for k, x in enumerate(slack):
+        if k == 1:
+            limit = time_budget
+        lo, hi = above, len(budgets) - 1  # the answer lies in budgets[lo..hi], or nowhere
+        while lo <= hi and time.perf_counter() - t0 <= limit:
             mid = lo + (hi - lo) // 3  # a third of the way up: where the +10% budget lies on most graphs
             p = run(budgets[mid])
             if p is not None and p.latency <= x * base:
@@ -136,6 +144,9 @@ def adopt_seeds(m, seeds: Seeds, slack: tuple[float, ...] = SEED_SLACK) -> Seeds
         if best is not None and best not in chosen:
             chosen.append(best)
     for p in chosen:
+        if any(p is q for q in seeds.tried):  # adopted (or found already seen) by an earlier call
+            continue
+        seeds.tried.append(p)
         s = m.adopt(p)
         if s is not None:
             seeds.adopted.append(s)
@@ -143,14 +154,19 @@ def adopt_seeds(m, seeds: Seeds, slack: tuple[float, ...] = SEED_SLACK) -> Seeds
     return seeds
 
 
-def seed(m, time_budget: float) -> Seeds:
+def seed(m, time_budget: float, first: float = 0.0) -> Seeds:
     """The warm start's seeds: DTR's bisection with ``DTR_SHARE`` of ``time_budget`` (a run stops at
-    its end), offloading with checkpointing with what is left of it (none if nothing is), then the
-    lowest-peak plan within each slack adopted."""
+    its end; the first slack's bisection may take ``first`` seconds where that is more) and its
+    lowest-peak plan within each slack adopted at once -- the search has its first points after a
+    few DTR runs -- then offloading with checkpointing with what is left (none if nothing is), its
+    plans adopted where they are lower within a slack."""
     t0 = time.perf_counter()
-    out = dtr_seeds(m, DTR_SHARE * time_budget)
-    offload_seeds(m, time_budget - (time.perf_counter() - t0), out=out)
-    return adopt_seeds(m, out)
+    with m.stage("DTR seeds"):
+        out = dtr_seeds(m, DTR_SHARE * time_budget, first=first)
+        adopt_seeds(m, out)
+    with m.stage("offloading-with-checkpointing seeds"):
+        offload_seeds(m, time_budget - (time.perf_counter() - t0), out=out)
+        return adopt_seeds(m, out)
 
 
 __all__ = ["DTR_SHARE", "SEED_BUDGETS", "SEED_CHECKPOINTING", "SEED_REFINE", "SEED_SLACK", "Seeds", "adopt_seeds",

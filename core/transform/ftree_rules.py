@@ -19,12 +19,13 @@ and F-Tree nodes by their S (node ids of the imported graph), so a plan replays 
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from ..analysis.dgraph import DGraph, SplitError, plan_split
 from ..analysis.ftree import FNode, FTree
 from ..ir.graph import Graph, NodeKind, TRef
+from ..ir.lint import recomputes_same
 from .fission import Fission, apply_split, defission
 from .ftree_text import FTreeNamed
 from .rule import Application, Rule, RuleNotApplicable, RuleOption, Where
@@ -86,7 +87,13 @@ class Disable(FTreeNamed, Rule):
 def _disable(g: Graph, fid: int) -> list[int]:
     if any(m.kind == NodeKind.FISSION for m in g.nodes[fid].fission.graph.ops()):
         raise RuleNotApplicable(f"{g.nodes[fid].name!r} has enabled descendants: disable them first")
-    return defission(g, fid)
+    restored = defission(g, fid)
+    for v in restored:  # a recomputed copy in S that now reads another fission node's output where its
+        n = g.nodes.get(v)  # original reads the op itself: no longer the same values (``ir.lint``)
+        if n is not None and n.recompute_of is not None and n.recompute_of in g.nodes \
+                and not recomputes_same(g, n, g.nodes[n.recompute_of]):
+            raise RuleNotApplicable(f"disabling {fid} leaves {n.name!r} reading other values than its original")
+    return restored
 
 
 class Mutate(FTreeNamed, Rule):
@@ -301,8 +308,17 @@ class FTreeRule(Rule):
 
     name = "ftree"
 
-    def __init__(self, ftree: FTree) -> None:
-        self.mutations = FTreeMutations(ftree)
+    def __init__(self, ftree: FTree | Callable[[], FTree]) -> None:
+        """``ftree``: the F-Tree, or a function that builds it when the rule is first matched (on a
+        long graph the F-Tree takes seconds, and a short search may never match the rule)."""
+        self._ftree = ftree
+        self._mutations: FTreeMutations | None = None
+
+    @property
+    def mutations(self) -> FTreeMutations:
+        if self._mutations is None:
+            self._mutations = FTreeMutations(self._ftree if isinstance(self._ftree, FTree) else self._ftree())
+        return self._mutations
 
     def match(self, g: Graph, hot: Iterable[TRef] = (), where: Where | None = None) -> list[Application]:
         return self.mutations.applications(g)
