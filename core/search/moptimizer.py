@@ -86,8 +86,10 @@ SPIKE_MIN_SECONDS = 0.5  # the warm start's Swap steps that end this much before
 # against seeds taken out of the warm start's own budget; 20 s, t5 0.640x -> 0.506x; bert_base, resnet50 unchanged
 SEED_SHARE = 0.45
 # the first slack's DTR bisection (the plan within +10%) may take up to this share of the warm start and
-# seeds together, more than the seeds' share where a DTR run is long (a graph of 9k ops at 10 s)
-SEED_FIRST = 0.5
+# seeds together, more than the seeds' share where a DTR run is long (9k ops at 10 s; 100k ops at 30 s,
+# where one run takes ten seconds and its plan is the only point within reach); on short graphs the
+# bisection ends in a few runs long before it
+SEED_FIRST = 0.8
 # anytime: Swap steps from the adopted seeds get this share of the warm start before greedy fission, so a
 # short search has MAGIS's own steps on its best points (the Swap steps at the end go on from where they end)
 QUICK_SWAP_SHARE = 0.2
@@ -188,7 +190,8 @@ class MOptimizer:
         self.stages: list[Stage] = []  # what each stage of the run took and gave (``stage``)
         self.imported = g
         self.cost = cost or AnalyticCost()
-        self.order = list(order) if order is not None else get_scheduler("traced").run(g).order
+        # the traced order alone (the scheduler's ``run`` also simulates it: seconds on 100k ops)
+        self.order = list(order) if order is not None else get_scheduler("traced").order(g)
         self.levels = levels
         self._ftree = None  # built on first use (``ftree``)
         tensor = rules_of(*TENSOR_FAMILIES)
@@ -336,7 +339,10 @@ class MOptimizer:
             with self.stage("greedy fission"):
                 res = greedy_fission(self.imported, self.order, self.cost, time_budget=share, ftree=self.ftree)
                 s = self.seed(res.applications, alternatives(res))
-        batch = BATCH_SHARE if self.batch_splits() else 0.0
+        # whether the batch splits is a look at the whole graph (seconds on 100k ops): asked only where
+        # the batch F-Trans's share could pay for an evaluation or two
+        batch = BATCH_SHARE if BATCH_SHARE * time_budget >= GREEDY_MIN * self.evaluator_seconds \
+            and self.batch_splits() else 0.0
         rest = 1 - SWAP_SHARE - batch  # the Remat steps' share; the batch F-Trans's comes after it
         with self.stage("Remat steps from greedy fission" if s is not self.root else "Remat steps"):
             end = chain = self.remat_steps(s, (time_budget * rest - (time.perf_counter() - t0)) / 2)
@@ -780,7 +786,8 @@ class MOptimizer:
                 stack.pop()
             order = stack[-1][1] if stack else self.order
             for p in path[len(stack):]:
-                order = order[:p.lo] + list(p.window) + order[p.hi + 1:]
+                if p.window or p.hi >= p.lo:  # an adopted plan's inner steps keep the schedule: no copy
+                    order = order[:p.lo] + list(p.window) + order[p.hi + 1:]  # (thousands of them on 100k ops)
                 stack.append((p, order))
             stats: dict = {"depth": s.depth}
             seed = next((p for p in reversed(path) if p in self.adopted), None)

@@ -40,6 +40,8 @@ class Seeds:
     adopted: list[MState] = field(default_factory=list)
     seconds: float = 0.0
     dtr_free: dict | None = None  # the stats of DTR's unbudgeted run (what its budgets are fractions of)
+    dtr_prepared: object = None  # that run's ``DTRSim``, whose tables every budgeted run reuses
+    dtr_plans: dict = field(default_factory=dict)  # budget -> its plan, None where DTR cannot meet it
     tried: list[Plan] = field(default_factory=list)  # the plans ``adopt_seeds`` has offered to the search
 
 
@@ -55,7 +57,7 @@ def dtr_seeds(m, time_budget: float, budgets: tuple[float, ...] = SEED_BUDGETS,
     lowest budget and the next lower one that was run, where that one gave a plan that is too
     slow (0.5 within and 0.45 not: 0.475, then 0.4625 or 0.4875; just above a budget DTR cannot
     meet it may thrash for tens of seconds).  The plans are ``out.plans`` (``adopt_seeds`` adopts
-    them).  The first slack's bisection may run for ``first`` seconds where that is more than
+    them); a call with the ``out`` of an earlier one goes on from its runs (none is run twice).  The first slack's bisection may run for ``first`` seconds where that is more than
     ``time_budget`` (on a long graph a DTR run takes a second or more, and its plan within the first
     slack is the point a short search must have)."""
     from .peers.dtr import DTRFailure, DTRSim, DTRTimeout, budget_plan
@@ -66,16 +68,20 @@ def dtr_seeds(m, time_budget: float, budgets: tuple[float, ...] = SEED_BUDGETS,
     if "remat" not in m.ev.rules:
         return out
     cost, base = m.cost, m.root.latency
-    _, free = DTRSim(g, cost, None).run()
-    out.dtr_free = free
-    plans: dict[float, Plan | None] = {}
-
     limit = max(time_budget, first)  # the first slack's bisection: ``first``; the rest: ``time_budget``
+    if out.dtr_free is None:  # a second call goes on from the first one's runs
+        try:  # (seconds on a graph of 100k ops; its tables are built once for every run: ``prepared``)
+            out.dtr_prepared = DTRSim(g, cost, None, deadline=t0 + limit)
+            _, out.dtr_free = out.dtr_prepared.run()
+        except DTRTimeout as e:
+            out.runs["dtr unbudgeted"] = str(e)
+            return out
+    free, prepared, plans = out.dtr_free, out.dtr_prepared, out.dtr_plans
 
     def run(b: float) -> Plan | None:
         if b not in plans:
             try:
-                p = budget_plan(g, cost, b, free, deadline=t0 + limit)
+                p = budget_plan(g, cost, b, free, deadline=t0 + limit, prepared=prepared)
                 out.runs[f"dtr {b:g}"] = (p.peak, p.latency)
                 plans[b] = p
                 out.plans.append(p)
@@ -155,17 +161,22 @@ def adopt_seeds(m, seeds: Seeds, slack: tuple[float, ...] = SEED_SLACK) -> Seeds
 
 
 def seed(m, time_budget: float, first: float = 0.0) -> Seeds:
-    """The warm start's seeds: DTR's bisection with ``DTR_SHARE`` of ``time_budget`` (a run stops at
-    its end; the first slack's bisection may take ``first`` seconds where that is more) and its
-    lowest-peak plan within each slack adopted at once -- the search has its first points after a
-    few DTR runs -- then offloading with checkpointing with what is left (none if nothing is), its
-    plans adopted where they are lower within a slack."""
+    """The warm start's seeds, anytime: DTR's bisection for the first slack (+10%) with
+    ``DTR_SHARE`` of ``time_budget`` or ``first`` seconds where that is more (a run stops at its
+    end), its plan adopted at once -- the search has its first point after a few DTR runs -- then
+    offloading with checkpointing with up to ``1 - DTR_SHARE`` of it (one placement; the lowest
+    point within +10% on T5 and OPT), then DTR's other slacks and refinement with what is left
+    (going on from the first runs), each step's lowest-peak plan within a slack adopted."""
     t0 = time.perf_counter()
-    with m.stage("DTR seeds"):
-        out = dtr_seeds(m, DTR_SHARE * time_budget, first=first)
+    out = Seeds()
+    with m.stage("DTR seeds within +10%"):
+        dtr_seeds(m, 0.0, slack=SEED_SLACK[:1], refine=0, first=max(first, DTR_SHARE * time_budget), out=out)
         adopt_seeds(m, out)
     with m.stage("offloading-with-checkpointing seeds"):
-        offload_seeds(m, time_budget - (time.perf_counter() - t0), out=out)
+        offload_seeds(m, min((1 - DTR_SHARE) * time_budget, time_budget - (time.perf_counter() - t0)), out=out)
+        adopt_seeds(m, out)
+    with m.stage("DTR seeds, every slack"):
+        dtr_seeds(m, time_budget - (time.perf_counter() - t0), out=out)
         return adopt_seeds(m, out)
 
 

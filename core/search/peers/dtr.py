@@ -34,6 +34,7 @@ run stops at its deadline (DTRTimeout: the budget's fate unknown).
 
 from __future__ import annotations
 
+import copy
 import math
 import time
 from collections import Counter
@@ -137,6 +138,15 @@ class DTRSim:
         for n in g.placeholders():
             self.resident0 += sum(t.nbytes for t in n.outputs if t.alias is None and t.device == "device")
         self.max_recomputes = int(thrash * len(ops))
+
+    def rebudget(self, budget: int | None, thrash: float = 10.0, deadline: float | None = None) -> DTRSim:
+        """This run's graph tables (built once: on a graph of 100k ops they take seconds, the run
+        itself less) under another ``budget``: a shallow copy that ``run`` fills with its own state
+        (no table of the constructor is written by a run)."""
+        c = copy.copy(self)
+        c.budget, c.deadline = budget, deadline
+        c.max_recomputes = int(thrash * len(self.order))
+        return c
 
     def run(self) -> tuple[RematDecision, dict]:
         self.mem = self.resident0
@@ -336,14 +346,16 @@ def below_floor(limit: int, free: dict) -> str:
 
 
 def budget_plan(g: Graph, cost, fraction: float, free: dict, thrash: float = 10.0, deadline: float | None = None,
-                **stats) -> Plan:
+                prepared: DTRSim | None = None, **stats) -> Plan:
     """DTR's plan at ``fraction`` of its unbudgeted peak (``free``: the unbudgeted run's stats), its
     label "budget F"; DTRFailure where the budget cannot be met -- without a run under the floor --
-    and DTRTimeout where the run passes ``deadline`` (a ``time.perf_counter()`` value)."""
+    and DTRTimeout where the run passes ``deadline`` (a ``time.perf_counter()`` value).
+    ``prepared``: a ``DTRSim`` of ``g`` and ``cost`` whose tables the run reuses (``rebudget``)."""
     limit = int(fraction * free["dtr_peak"])
     if limit < free["dtr_floor"]:  # no run needed: it would fail at that op
         raise DTRFailure(below_floor(limit, free))
-    d, run_stats = DTRSim(g, cost, limit, thrash, deadline).run()
+    sim = prepared.rebudget(limit, thrash, deadline) if prepared is not None else DTRSim(g, cost, limit, thrash, deadline)
+    d, run_stats = sim.run()
     return make_plan(DTR.name, f"budget {fraction:g}", realise(g, d), cost, budget=limit, budget_fraction=fraction,
                      **stats, dtr_unbudgeted_peak=free["dtr_peak"],
                      heuristic="h_DTR per storage (exact evicted neighbourhood)", **run_stats)
@@ -363,7 +375,8 @@ class DTR(Peer):
         budget over eager's peak."""
         t0 = time.perf_counter()
         base = eager_peak(g, cost)
-        _, free = DTRSim(g, cost, None, thrash).run()
+        prepared = DTRSim(g, cost, None, thrash)
+        _, free = prepared.run()
         top = free["dtr_peak"]
         progress(f"dtr unbudgeted: peak {format_bytes(top)} ({top / base:.3f}x eager)")
         plans, failures = [], []
@@ -373,7 +386,7 @@ class DTR(Peer):
                 failures.append(Failure(label, f"time budget {time_budget:g} s spent"))
                 continue
             try:
-                p = budget_plan(g, cost, b, free, thrash, deadline=t0 + time_budget,
+                p = budget_plan(g, cost, b, free, thrash, deadline=t0 + time_budget, prepared=prepared,
                                 eager_fraction=round(int(b * top) / base, 6))
             except DTRTimeout:
                 failures.append(Failure(label, f"time budget {time_budget:g} s spent during the run"))
