@@ -505,13 +505,23 @@ def cmd_optimize(a: argparse.Namespace) -> dict[str, Any]:
         raise ValueError("--time-budget must be positive")
     cancel = threading.Event()
     last = [0.0]
+    started = time.perf_counter()
 
     def progress(r) -> None:
-        if r.seconds - last[0] >= 1.0 or r.iteration == 1:
-            last[0] = r.seconds
-            print(f"  {r.seconds:6.1f} s  iteration {r.iteration:5d}  best {format_bytes(r.best_peak)} "
+        now = time.perf_counter() - started
+        if now - last[0] >= 1.0:
+            last[0] = now
+            print(f"  {now:6.1f} s  iteration {r.iteration:5d}  best {format_bytes(r.best_peak)} "
                   f"{r.best_latency * 1e3:.2f} ms  states {r.generated} ({r.deduplicated} duplicates)",
                   file=sys.stderr, flush=True)
+
+    eager_peak: list[int] = []
+
+    def on_stage(st) -> None:
+        """One line per stage of the search as it ends: the lowest peak within +10% so far."""
+        ratio = f" ({st.peak_at_10pct / eager_peak[0]:.3f}x)" if eager_peak else ""
+        print(f"  {time.perf_counter() - started:6.1f} s  {st.name}: lowest peak within +10% latency "
+              f"{format_bytes(st.peak_at_10pct)}{ratio}, {st.states} states", file=sys.stderr, flush=True)
 
     cost = make_cost(a.cost, device, graphs=[g], say=lambda m: print(m, file=sys.stderr, flush=True))
     if getattr(a, "optimize_method", "magis") != "magis":
@@ -526,7 +536,8 @@ def cmd_optimize(a: argparse.Namespace) -> dict[str, Any]:
             pf = optimize(g, memory_limit=None if reserved else memory, latency_limit=a.latency_limit,
                           pareto=a.pareto or reserved, time_budget=a.time_budget, device=device,
                           progress=progress, cancel=cancel, cost=cost, cost_name=a.cost,
-                          substitutions=a.substitutions)
+                          substitutions=a.substitutions, on_stage=on_stage,
+                          on_start=lambda m: eager_peak.append(max(1, m.root.peak)))
         if hasattr(cost, "save"):
             cost.save()
     finally:

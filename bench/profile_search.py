@@ -5,7 +5,7 @@ Pareto sweep of Algorithm 3), its seconds, the states it added and the lowest pe
 part of the search they belong to).
 
     python bench/profile_search.py [--models mixtral,sd_unet,gemma2] [--budgets 10,30] [--device rtx3090]
-                                   [--no-functions] [--json bench/results/profile_search.json]
+                                   [--no-functions] [--tiny] [--json bench/results/profile_search.json]
 
 The default models are zoo models of 2.5k, 5.3k and 9.3k ops (captured and cached as ``bench/zoo.py``
 does).  Latencies are the analytic model's predictions; seconds are this machine's.
@@ -53,8 +53,8 @@ def grouped(stats: pstats.Stats) -> dict[str, float]:
     return dict(sorted(out.items(), key=lambda kv: -kv[1]))
 
 
-def profile(name: str, budget: float, device: str, functions: bool = True) -> dict:
-    g, _ = import_graph(name)
+def profile(name: str, budget: float, device: str, functions: bool = True, tiny: bool = False) -> dict:
+    g, _ = import_graph(name, tiny)
     pr = cProfile.Profile()
     t0 = time.perf_counter()
     if functions:
@@ -89,13 +89,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--budgets", default="10,30", help="seconds, comma-separated")
     ap.add_argument("--device", default="rtx3090")
     ap.add_argument("--json", type=Path, default=None)
+    ap.add_argument("--tiny", action="store_true", help="the zoo models' tiny variants (a smoke test)")
     ap.add_argument("--no-functions", action="store_true",
                     help="stages only, without cProfile (whose overhead stretches every stage)")
     a = ap.parse_args(argv)
     runs = []
     for name in a.models.split(","):
         for b in a.budgets.split(","):
-            runs.append(profile(name, float(b), a.device, not a.no_functions))
+            runs.append(profile(name, float(b), a.device, not a.no_functions, a.tiny))
             print(format_run(runs[-1]), flush=True)
     if a.json:
         a.json.write_text(json.dumps({"device": a.device, "runs": runs}, indent=1) + "\n")

@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from .analysis.lifetimes import resident_floor
+from .cost.devices import DEFAULT_PROFILE
 from .cost.model import AnalyticCost, CostModel
 from .fmt import format_bytes
 from .ir import ops
@@ -26,7 +27,7 @@ def ops_without_dim_links(g: Graph) -> list[str]:
     return sorted(missing)
 
 
-def graph_info(g: Graph, device: str = "rtx3090", top: int = 5, cost: CostModel | None = None) -> dict[str, Any]:
+def graph_info(g: Graph, device: str = DEFAULT_PROFILE, top: int = 5, cost: CostModel | None = None) -> dict[str, Any]:
     """Summary of ``g`` under its traced order; latency from ``cost`` (default: the analytic model
     of ``device``)."""
     order = TracedOrder().order(g)

@@ -317,7 +317,12 @@ class PlanStep:
         self._say(f"searching {g.name} ({len(g)} nodes) for {limit}")
         self.searches += 1
         t0 = time.perf_counter()
-        pf = optimize(g, memory_limit=limit, time_budget=budget, device=self.profile, progress=on_record)
+        def on_stage(st: Any) -> None:
+            self._say(f"searching {g.name} ({len(g)} nodes) for {limit}: {st.end:4.1f}/{budget:g} s, "
+                      f"{st.name.lower()}, lowest peak within +10% {format_bytes(st.peak_at_10pct)}")
+
+        pf = optimize(g, memory_limit=limit, time_budget=budget, device=self.profile, progress=on_record,
+                      on_stage=on_stage)
         p = pf.points[0]
         self._say(f"searched {g.name} in {time.perf_counter() - t0:.1f} s: peak {format_bytes(p.peak)} "
                   f"({p.peak / max(1, pf.points[-1].peak):.3f}x), limit {format_bytes(pf.meta['limit_bytes'])}")

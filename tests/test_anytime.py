@@ -108,3 +108,24 @@ def test_a_rebudgeted_dtr_run_is_a_fresh_run(gpt):
         compared += 1
     assert compared >= 3
     assert (prepared.last_use, {k: list(v) for k, v in prepared.banish.items()}, prepared.evictable) == tables
+
+
+def test_on_stage_hears_every_stage_and_cancel_stops_after_the_current_one(gpt):
+    import threading
+
+    heard = []
+    pf = optimize(gpt, pareto=True, time_budget=3.0, device="rtx3090", on_stage=heard.append)
+    assert [st.to_dict() for st in heard] == pf.meta["stages"][1:]  # the evaluator's is recorded before any
+    cancel = threading.Event()
+
+    def stop_after_dtr(st) -> None:
+        if st.name.startswith("DTR seeds"):
+            cancel.set()
+
+    early = optimize(gpt, pareto=True, time_budget=60.0, device="rtx3090", on_stage=stop_after_dtr, cancel=cancel)
+    names = [st["name"] for st in early.meta["stages"]]
+    assert names[:2] == ["evaluator", "DTR seeds within +10%"]
+    assert not any(n.startswith(("offloading", "greedy", "Remat", "Swap")) for n in names)
+    assert early.meta["stopped"] == "cancelled"
+    dtr_point = early.meta["stages"][1]["peak_at_10pct"]
+    assert min(p.peak for p in early.points[:-1]) <= dtr_point < early.points[-1].peak  # DTR's seed is kept

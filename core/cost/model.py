@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 from ..ir import ops
 from ..ir.graph import Graph, Node, NodeKind, map_refs
-from .devices import DeviceProfile, get_device
+from .devices import DEFAULT_PROFILE, DeviceProfile, get_device
 from .variants import CONV_OPS, kernel_variant
 
 MATMUL_CATEGORIES = ("matmul", "conv")
@@ -54,7 +54,7 @@ class CostModel:
 
 
 class AnalyticCost(CostModel):
-    def __init__(self, device: str | DeviceProfile = "rtx3090") -> None:
+    def __init__(self, device: str | DeviceProfile = DEFAULT_PROFILE) -> None:
         self.device = get_device(device) if isinstance(device, str) else device
         self._cache: dict[tuple, float] = {}  # op signature -> seconds
 

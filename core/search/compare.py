@@ -17,6 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..cost.devices import DEFAULT_PROFILE
 from ..cost.model import AnalyticCost
 from ..ir.graph import Graph
 from .methods import METHODS, PEER_FAMILIES, methods_of, run_method
@@ -184,7 +185,7 @@ def small_stats(stats: dict) -> dict:
     return {k: v for k, v in stats.items() if not (isinstance(v, list | tuple) and len(v) > 20)}
 
 
-def compare(g: Graph, *, name: str | None = None, device: str = "rtx3090", methods: list[str] | None = None,
+def compare(g: Graph, *, name: str | None = None, device: str = DEFAULT_PROFILE, methods: list[str] | None = None,
             time_budget: float = 60.0, peer_budget: float | None = None, model: Callable[[], Any] | None = None,
             checkmate_time_limit: float | None = None, checkmate_max_vars: int = _checkmate.MAX_VARS,
             progress: Callable[[str], None] | None = None) -> dict:

@@ -15,6 +15,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from ..cost.devices import DEFAULT_PROFILE
 from ..cost.model import AnalyticCost, CostModel
 from ..ir.graph import Graph
 from ..schedule.registry import get_scheduler
@@ -115,7 +116,7 @@ def run_method(name: str, g: Graph, cost: CostModel | None = None, *, time_budge
     it needs the model's code and ``model`` is None (a graph file alone cannot be traced again), or
     it refuses the graph (``Method.refuse``)."""
     m = get_method(name)
-    cost = cost or AnalyticCost("rtx3090")
+    cost = cost or AnalyticCost(DEFAULT_PROFILE)
     if "model" in m.needs:
         if model is None:
             return MethodRun(name, [], [Failure("all", "not run: it traces the model again, and only the graph "

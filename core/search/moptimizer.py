@@ -31,6 +31,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 from ..analysis.ftree import LEVELS, build_ftree
+from ..cost.devices import DEFAULT_PROFILE
 from ..cost.model import AnalyticCost, CostModel
 from ..fmt import format_bytes
 from ..ir.graph import Graph, NodeKind, TRef
@@ -188,6 +189,8 @@ class MOptimizer:
                  hot: int = HOT, substitutions: bool = False) -> None:
         self.created = time.perf_counter()
         self.stages: list[Stage] = []  # what each stage of the run took and gave (``stage``)
+        self.on_stage: Callable[[Stage], None] | None = None  # told each stage as it ends (``optimize``)
+        self.cancel: threading.Event | None = None  # set by the caller: stop after the current stage
         self.imported = g
         self.cost = cost or AnalyticCost()
         # the traced order alone (the scheduler's ``run`` also simulates it: seconds on 100k ops)
@@ -233,13 +236,20 @@ class MOptimizer:
 
     @contextmanager
     def stage(self, name: str) -> Iterator[None]:
-        """Record the enclosed work as a ``Stage`` named ``name`` in ``stages``."""
+        """Record the enclosed work as a ``Stage`` named ``name`` in ``stages`` and tell ``on_stage``."""
         t, n = time.perf_counter() - self.created, len(self.seen)
         try:
             yield
         finally:
             self.stages.append(Stage(name, t, time.perf_counter() - self.created, len(self.seen) - n,
                                      self.lowest_within(1.05), self.lowest_within(1.10)))
+            if self.on_stage is not None:
+                self.on_stage(self.stages[-1])
+
+    def cancelled(self) -> bool:
+        """Whether the caller asked the run to stop (``cancel``): the warm start checks between its
+        stages, the search between its iterations; the best state found is kept."""
+        return self.cancel is not None and self.cancel.is_set()
 
     # ---- the archive of non-dominated states ---------------------------------------------------
     @property
@@ -329,13 +339,15 @@ class MOptimizer:
         self.seeds = seed(self, budget, first=SEED_FIRST * (time_budget + budget))
         time_budget = max(0.0, time_budget - max(0.0, time.perf_counter() - t0 - budget))  # what the seeds overran
         t0 = time.perf_counter()
+        if self.cancelled():
+            return self.root
         if self.seeds.adopted:  # anytime: MAGIS's own steps on the seeds before the longer phases
             self.swap_phase(QUICK_SWAP_SHARE * time_budget, "from the seeds")
         time_budget = max(0.0, time_budget - (time.perf_counter() - t0))
         t0 = time.perf_counter()
         s = self.root
         share = (1 - REMAT_SHARE) * time_budget
-        if share >= GREEDY_MIN * self.evaluator_seconds:  # else it would spend its share on the F-Tree alone
+        if share >= GREEDY_MIN * self.evaluator_seconds and not self.cancelled():  # else it would spend its share on the F-Tree alone
             with self.stage("greedy fission"):
                 res = greedy_fission(self.imported, self.order, self.cost, time_budget=share, ftree=self.ftree)
                 s = self.seed(res.applications, alternatives(res))
@@ -346,13 +358,16 @@ class MOptimizer:
         rest = 1 - SWAP_SHARE - batch  # the Remat steps' share; the batch F-Trans's comes after it
         with self.stage("Remat steps from greedy fission" if s is not self.root else "Remat steps"):
             end = chain = self.remat_steps(s, (time_budget * rest - (time.perf_counter() - t0)) / 2)
+        if self.cancelled():
+            return end
         if s is not self.root:  # fission can leave the peak where no tensor is recomputable
             with self.stage("Remat steps from the imported graph"):
                 chain = self.remat_steps(self.root, time_budget * rest - (time.perf_counter() - t0))
         if batch:  # (where the batch does not split, going back to the root alone costs seconds)
             with self.stage("batch fission"):
                 self.batch_fission(chain, time_budget * (1 - SWAP_SHARE) - (time.perf_counter() - t0))
-        self.swap_phase(time_budget - (time.perf_counter() - t0))
+        if not self.cancelled():
+            self.swap_phase(time_budget - (time.perf_counter() - t0))
         return end
 
     def swap_phase(self, time_budget: float, where: str = "") -> None:
@@ -370,7 +385,7 @@ class MOptimizer:
                 starts.append((best, slack))
         for i, (st, slack) in enumerate(starts):
             share = (time_budget - (time.perf_counter() - t0)) / (len(starts) - i)
-            if share <= 0:
+            if share <= 0 or self.cancelled():
                 break
             t1 = time.perf_counter()
             with self.stage(f"Swap steps within +{slack - 1:.0%} {where}".strip()):
@@ -871,10 +886,11 @@ def pareto_spikes(g: Graph, time_budget: float) -> bool:
 
 def optimize(g: Graph, *, memory_limit: MemoryLimit | str | float | None = None,
              latency_limit: float | None = None, pareto: bool = False, time_budget: float = 60.0,
-             device: str = "rtx3090", warm: float | None = None,
+             device: str = DEFAULT_PROFILE, warm: float | None = None,
              progress: Callable[[Record], None] | None = None, cancel: threading.Event | None = None,
              on_start: Callable[[MOptimizer], None] | None = None, cost: CostModel | None = None,
-             cost_name: str = "analytic", substitutions: bool = False):
+             cost_name: str = "analytic", substitutions: bool = False,
+             on_stage: Callable[[Stage], None] | None = None):
     """One run of the M-Optimizer as a plan file (``plan.PlanFile``): point 0 is the answer (the best
     state under the limit, or the frontier's points by peak for ``pareto``), then PyTorch's eager
     order as the baseline.  ``memory_limit``: a ``limits.MemoryLimit`` or what ``MemoryLimit.parse``
@@ -882,7 +898,8 @@ def optimize(g: Graph, *, memory_limit: MemoryLimit | str | float | None = None,
     otherwise); ``latency_limit``: a factor of the imported latency.  The meta records the limit as
     given (``limit``) and, for a memory limit, the bytes it resolved to (``limit_bytes``).
     ``warm``: the share of the budget spent on the warm start (greedy fission, then Remat steps:
-    ``MOptimizer.warm_start``; default ``WARM``, under a latency limit ``LATENCY_WARM``).  ``on_start`` gets the optimizer before the search starts (a caller
+    ``MOptimizer.warm_start``; default ``WARM``, under a latency limit ``LATENCY_WARM``).  ``on_stage`` hears each stage as it ends (``Stage``: the warm start's seeds and steps, the sweep);
+    ``cancel`` stops the run after the current stage or search iteration.  ``on_start`` gets the optimizer before the search starts (a caller
     that shows its archive while it grows).  ``cost``: the cost model (default: ``device``'s analytic
     model), ``cost_name`` its kind (``core.cost.choice``), recorded in the meta as ``cost``.
     ``substitutions``: TASO's substitution rules (``SEARCH_SUBSTITUTIONS``) are rules of the search too.
@@ -899,6 +916,7 @@ def optimize(g: Graph, *, memory_limit: MemoryLimit | str | float | None = None,
     memory = None if memory_limit is None else MemoryLimit.parse(memory_limit)
     t0 = time.perf_counter()
     m = MOptimizer(g, cost if cost is not None else AnalyticCost(device), substitutions=substitutions)
+    m.on_stage, m.cancel = on_stage, cancel
     if on_start is not None:
         on_start(m)
     spiky = pareto and pareto_spikes(g, time_budget)
@@ -908,7 +926,7 @@ def optimize(g: Graph, *, memory_limit: MemoryLimit | str | float | None = None,
     start = m.warm_start(warm * time_budget, SEED_SHARE * warm * time_budget) if warm > 0 else m.root
     left = max(0.0, time_budget - (time.perf_counter() - t0))
     if pareto:
-        if spiky:
+        if spiky and not m.cancelled():
             with m.stage("spike steps below the sweep"):
                 spikes_within(m, SPIKE_SHARE * left, PARETO_SPIKES * m.root.latency)
             left = max(0.0, time_budget - (time.perf_counter() - t0))
@@ -924,7 +942,9 @@ def optimize(g: Graph, *, memory_limit: MemoryLimit | str | float | None = None,
             mode, limit = "memory", memory.bytes(m.root.peak)
         else:
             mode, limit = "latency", latency_limit * m.root.latency
-        if mode == "memory" and not any(s.peak <= limit for s in m.archive):
+        if m.cancelled():
+            pass
+        elif mode == "memory" and not any(s.peak <= limit for s in m.archive):
             with m.stage("low end (DTR near the limit, peak fission, Swap steps)"):
                 low_end(m, LOW_END_SHARE * left, limit)
             left = max(0.0, time_budget - (time.perf_counter() - t0))

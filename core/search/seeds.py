@@ -172,9 +172,13 @@ def seed(m, time_budget: float, first: float = 0.0) -> Seeds:
     with m.stage("DTR seeds within +10%"):
         dtr_seeds(m, 0.0, slack=SEED_SLACK[:1], refine=0, first=max(first, DTR_SHARE * time_budget), out=out)
         adopt_seeds(m, out)
+    if m.cancelled():
+        return out
     with m.stage("offloading-with-checkpointing seeds"):
         offload_seeds(m, min((1 - DTR_SHARE) * time_budget, time_budget - (time.perf_counter() - t0)), out=out)
         adopt_seeds(m, out)
+    if m.cancelled():
+        return out
     with m.stage("DTR seeds, every slack"):
         dtr_seeds(m, time_budget - (time.perf_counter() - t0), out=out)
         return adopt_seeds(m, out)

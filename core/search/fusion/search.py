@@ -31,7 +31,7 @@ from typing import Any
 
 import numpy as np
 
-from ...cost.devices import get_device
+from ...cost.devices import DEFAULT_PROFILE, get_device
 from ...cost.model import roofline
 from .problem import FusionProblem, Group
 from .split import SplitStep, Splitter
@@ -65,7 +65,7 @@ def decode(problem: FusionProblem, cuts: np.ndarray) -> list[Group]:
     return sorted((frozenset(c) for c in comps.values()), key=min)
 
 
-def plan_latency(problem: FusionProblem, groups: list[Group], device: str = "rtx3090") -> float:
+def plan_latency(problem: FusionProblem, groups: list[Group], device: str = DEFAULT_PROFILE) -> float:
     """Seconds of a plan on the analytic roofline: each group one kernel, its compute the sum of its
     ops' FLOPs and its memory term its DRAM traffic F_D (fused intermediates never touch DRAM)."""
     dev = get_device(device)
@@ -110,7 +110,7 @@ class PlanSearch:
     """Evaluates genotypes against a plan budget; the three searches share it."""
 
     def __init__(self, problem: FusionProblem, beta: float, splitter: Splitter, budget: int, seed: int = 0,
-                 second: str = "groups", device: str = "rtx3090",
+                 second: str = "groups", device: str = DEFAULT_PROFILE,
                  on_plan: Callable[[int, float], None] | None = None, cancel: Any = None) -> None:
         if second not in SECOND_OBJECTIVES:
             raise ValueError(f"unknown second objective {second!r}; known: {', '.join(SECOND_OBJECTIVES)}")

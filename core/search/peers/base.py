@@ -16,6 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from ...cost.devices import DEFAULT_PROFILE
 from ...cost.model import AnalyticCost, CostModel
 from ...ir.graph import Graph
 from ..plan import Plan
@@ -54,7 +55,7 @@ class Method:
     def run(self, g: Graph, cost: CostModel | None = None, *, time_budget: float = 60.0,
             progress: Progress | None = None, **options: Any) -> MethodRun:
         t0 = time.perf_counter()
-        cost = cost or AnalyticCost("rtx3090")
+        cost = cost or AnalyticCost(DEFAULT_PROFILE)
         say = progress or (lambda _m: None)
         out = self._run(g, cost, time_budget=time_budget, progress=say, **options)
         plans, failures, extra = out if len(out) == 3 else (*out, {})
