@@ -137,10 +137,12 @@ class Stage:
     states: int
     peak_at_5pct: int
     peak_at_10pct: int
+    lowest_peak: int = 0  # the archive's lowest peak at any latency
 
     def to_dict(self) -> dict:
         return {"name": self.name, "start": round(self.start, 3), "end": round(self.end, 3), "states": self.states,
-                "peak_at_5pct": self.peak_at_5pct, "peak_at_10pct": self.peak_at_10pct}
+                "peak_at_5pct": self.peak_at_5pct, "peak_at_10pct": self.peak_at_10pct,
+                "lowest_peak": self.lowest_peak}
 
 
 @dataclass
@@ -218,7 +220,8 @@ class MOptimizer:
         self.pareto_archive: ParetoArchive[MState] = ParetoArchive(lambda s: vector(s.metrics, FRONT))
         self.pareto_archive.add(self.root)
         self.evaluator_seconds = time.perf_counter() - self.created  # about one simulation of the whole graph
-        self.stages.append(Stage("evaluator", 0.0, self.evaluator_seconds, 1, self.root.peak, self.root.peak))
+        self.stages.append(Stage("evaluator", 0.0, self.evaluator_seconds, 1, self.root.peak, self.root.peak,
+                                 self.root.peak))
 
     @property
     def ftree(self):
@@ -242,7 +245,8 @@ class MOptimizer:
             yield
         finally:
             self.stages.append(Stage(name, t, time.perf_counter() - self.created, len(self.seen) - n,
-                                     self.lowest_within(1.05), self.lowest_within(1.10)))
+                                     self.lowest_within(1.05), self.lowest_within(1.10),
+                                     min(a.peak for a in self.archive)))
             if self.on_stage is not None:
                 self.on_stage(self.stages[-1])
 
