@@ -129,3 +129,13 @@ def test_on_stage_hears_every_stage_and_cancel_stops_after_the_current_one(gpt):
     assert early.meta["stopped"] == "cancelled"
     dtr_point = early.meta["stages"][1]["peak_at_10pct"]
     assert min(p.peak for p in early.points[:-1]) <= dtr_point < early.points[-1].peak  # DTR's seed is kept
+
+
+def test_the_quick_swap_steps_run_where_the_user_waits_not_at_a_long_budget(gpt):
+    m = MOptimizer(gpt, COST)
+    m.warm_start(2.0, seed_budget=2.0, quick=False)
+    assert not any(st.name.endswith("from the seeds") for st in m.stages)
+    ops = len(gpt.ops())
+    assert not moptimizer.pareto_spikes(gpt, 1.0) and moptimizer.pareto_spikes(gpt, 40.0 * ops / 1000)
+    short = optimize(gpt, pareto=True, time_budget=1.0, device="rtx3090")  # under 30 s per thousand ops
+    assert any(st["name"].endswith("from the seeds") for st in short.meta["stages"])
