@@ -165,6 +165,104 @@ def _zoo() -> str:
                   "ops without dim links"], "llrrrllrlll", out)
 
 
+@renderer("zoo_budgets")
+def _zoo_budgets() -> str:
+    """MAGIS against the best other method at <= 10% latency at the budgets a user waits (10 s and
+    30 s per method, ``zoo_10s.json`` / ``zoo_30s.json``) and at the zoo's 40 s per thousand ops."""
+    runs = [(label, {m["model"]: m for m in load(name)["models"]}) for label, name in
+            (("10 s", "zoo_10s"), ("30 s", "zoo_30s"), ("40 s/kop", "zoo"))]
+    out, wins = [], {label: 0 for label, _ in runs}
+    for m in load("zoo")["models"]:
+        row = [m["model"], f"{m['ops']:,}"]
+        for label, by in runs:
+            r = by.get(m["model"])
+            if r is None:
+                row.append("-")
+                continue
+            mine, best, who = versus(r["rows"])
+            win = mine is not None and (best is None or mine <= best + 1e-12)
+            wins[label] += win
+            magis_s = next((x["seconds"] for x in r["rows"] if x["method"] == "magis"), None)
+            row.append(f"{bold_if(x(mine), win)} / {'-' if best is None else f'{who} {x(best)}'} "
+                       f"({'-' if magis_s is None else f'{magis_s:.0f}'} s)")
+        out.append(row)
+    out.append(["at or below the best other", ""] + [f"{wins[label]} of {len(out)}" for label, _ in runs])
+    return table(["model", "ops", *(f"{label}: MAGIS / best other (MAGIS's s)" for label, _ in runs)], "lrlll", out)
+
+
+@renderer("zoo_convergence")
+def _zoo_convergence() -> str:
+    """MAGIS at the zoo's 40 s per thousand ops before the anytime schedule (``zoo.json``) and after
+    it (``zoo_magis_40kop.json``): the seconds until its lowest peak came within 1% of its final
+    value, and its lowest peak at <= 5% and <= 10% latency overhead."""
+    before = {m["model"]: next(r for r in m["rows"] if r["method"] == "magis") for m in load("zoo")["models"]}
+    after = {m["model"]: next(r for r in m["rows"] if r["method"] == "magis")
+             for m in load("zoo_magis_40kop")["models"]}
+    out = []
+    for m in load("zoo")["models"]:
+        b, a = before[m["model"]], after.get(m["model"])
+        if a is None:
+            continue
+
+        def s1(r: dict, key: str = "seconds_to_1pct") -> str:
+            v = r.get(key)
+            return "-" if v is None else f"{v:.0f}"
+
+        out.append([m["model"], f"{m['time_budget']:.0f}", s1(b), s1(a), s1(a, "seconds_to_1pct_any"),
+                    x(b.get("peak_at_5pct")), x(a.get("peak_at_5pct")),
+                    x(b.get("peak_at_10pct")), bold_if(x(a.get("peak_at_10pct")),
+                                                       (a.get("peak_at_10pct") or 9) <= (b.get("peak_at_10pct") or 9) + 1e-12)])
+    return table(["model", "budget s", "s to within 1%: before", "after", "after, stages counted", "<= 5%: before",
+                  "after", "<= 10%: before", "after"], "lrrrrrrrr", out)
+
+
+@renderer("profile_search")
+def _profile_search() -> str:
+    out = []
+    for r in load("profile_search")["runs"]:
+        for st in r["stages"]:
+            out.append([f"{r['model']} ({r['ops']:,} ops), {r['budget']:g} s", st["name"], f"{st['start']:.1f}",
+                        f"{st['end']:.1f}", str(st["states"]), x(st["peak_at_5pct"]), x(st["peak_at_10pct"])])
+    return table(["run", "stage", "from s", "to s", "states", "<= 5%", "<= 10%"], "llrrrrr", out)
+
+
+@renderer("profile_search_parts")
+def _profile_search_parts() -> str:
+    runs = load("profile_search")["runs"]
+    parts = list(dict.fromkeys(k for r in runs for k in r["profile"]))
+    return table(["run", *parts], "l" + "r" * len(parts),
+                 [[f"{r['model']}, {r['budget']:g} s", *(f"{100 * r['profile'].get(k, 0):.0f}%" for k in parts)]
+                  for r in runs])
+
+
+def _one_model(d: dict) -> str:
+    out = [[r["method"], f"{r['seconds']:.1f}", str(r["points"]), x(r.get("peak_at_10pct"))] for r in d["rows"]]
+    return table(["method", f"seconds (budget {d['time_budget']:g})", "points", "peak at <= 10%"], "lrrr", out)
+
+
+@renderer("long_graph")
+def _long_graph() -> str:
+    return _one_model(load("long_graph"))
+
+
+@renderer("heldout_lm")
+def _heldout_lm() -> str:
+    return _one_model(load("heldout_lm"))
+
+
+@renderer("plan_step_vs_dtr")
+def _plan_step_vs_dtr() -> str:
+    out = []
+    for r in load("plan_step_vs_dtr")["rows"]:
+        e = r["eager_peak"]
+        out.append([r["model"], f"{r['limit']:g}", x(r["magis_peak"] / e), f"{r['magis_latency'] * 1e3:.3f}",
+                    "-" if r["dtr_peak"] is None else x(r["dtr_peak"] / e),
+                    "-" if r["dtr_latency"] is None else f"{r['dtr_latency'] * 1e3:.3f}",
+                    "yes" if r["magis_at_or_below"] else "**no**"])
+    return table(["model", "limit", "plan_step peak", "ms", "DTR's lowest at no more latency", "ms",
+                  "at or below"], "lrrrrrl", out)
+
+
 @renderer("unet_norm")
 def _unet_norm() -> str:
     rows = sorted(load("unet_norm")["rows"], key=lambda r: (r["workload"], r["batch_norm"]))
