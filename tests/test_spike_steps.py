@@ -208,7 +208,7 @@ def test_the_pareto_mode_runs_spike_steps_below_ten_percent_where_its_budget_is_
     monkeypatch.setattr(moptimizer, "spikes_within",
                         lambda m, t, limit: calls.append(limit / m.root.latency) or real(m, t, limit))
     monkeypatch.setattr(moptimizer.MOptimizer, "warm_start",
-                        lambda self, t, seed=None: warms.append(t) or warm_start(self, t, seed))
+                        lambda self, t, seed=None, quick=True: warms.append(t) or warm_start(self, t, seed, quick))
     pf = moptimizer.optimize(g, pareto=True, time_budget=3.0)
     assert calls == [] and warms == [pytest.approx(moptimizer.WARM * 3.0)]
     assert pf.meta["mode"] == "pareto" and len(pf.points) >= 2
