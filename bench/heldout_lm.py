@@ -11,18 +11,17 @@ against the best other method.
 from __future__ import annotations
 
 import argparse
-import functools
 import json
 import sys
-import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from bench.long_graph import captured, every_method  # noqa: E402
 from bench.zoo import cache_dir  # noqa: E402
 from core.ir import io  # noqa: E402
-from core.search.compare import compare, default_methods, rows_of  # noqa: E402
+from core.search.compare import default_methods  # noqa: E402
 
 MODELS = {  # name -> (transformers family, config, what)
     "bloom_1b1": ("Bloom", {"hidden_size": 1536, "n_layer": 24, "n_head": 16, "vocab_size": 250880},
@@ -36,17 +35,10 @@ def graph_of(name: str, batch: int = 4, seq: int = 1024, say=print):
     path = cache_dir() / f"{name}_b{batch}_s{seq}.train.json.gz"
     if path.exists():
         return io.load(path)
-    from core.frontend.workload import build_fake, capture_workload
     from sample_graphs.zoo import _lm
 
     family, config, what = MODELS[name]
-    build = _lm(family, config, {}, batch, seq, what)
-    t0 = time.perf_counter()
-    g = capture_workload(build_fake(functools.partial(build, name, False)), name=name)
-    say(f"captured {len(g.ops())} ops in {time.perf_counter() - t0:.0f} s")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    io.save(g, path)
-    return g
+    return captured(path, _lm(family, config, {}, batch, seq, what), name, say)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -58,18 +50,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", type=Path, default=None)
     a = ap.parse_args(argv)
     g = graph_of(a.model)
-    print(f"{a.model}: {len(g.ops())} ops, {a.time_budget:g} s per method", flush=True)
-    w = compare(g, name=a.model, device=a.device, methods=a.methods.split(","), time_budget=a.time_budget,
-                peer_budget=a.time_budget, progress=lambda s: print(" ", s, flush=True))
-    rows = rows_of(w)
-    print(f"\n{'method':<16} {'seconds':>8} {'points':>7} {'peak<=10%':>10}")
-    for r in rows:
-        p10 = r.get("peak_at_10pct")
-        print(f"{r['method']:<16} {r['seconds']:8.1f} {r['points']:7d} {'-' if p10 is None else f'{p10:.3f}':>10}")
-    others = [r["peak_at_10pct"] for r in rows if r["method"] not in ("magis", "eager", "ideal") and r.get("peak_at_10pct")]
-    magis = next((r.get("peak_at_10pct") for r in rows if r["method"] == "magis"), None)
-    if magis and others:
-        print(f"MAGIS at <= 10%: {magis:.3f}x eager; best other method {min(others):.3f}x: ratio {magis / min(others):.3f}")
+    rows = every_method(g, a.model, a.time_budget, a.methods.split(","), a.device)
     if a.json:
         a.json.write_text(json.dumps({"model": a.model, "description": MODELS[a.model][2], "ops": len(g.ops()),
                                       "time_budget": a.time_budget, "device": a.device, "rows": rows}, indent=1) + "\n")

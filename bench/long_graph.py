@@ -33,21 +33,46 @@ def mamba_graph(layers: int = 24, seq: int = 128, batch: int = 8, say=print):
     path = cache_dir() / f"mamba_{layers}l_b{batch}_s{seq}.train.json.gz"
     if path.exists():
         return io.load(path)
-    import functools
-
-    from core.frontend.workload import build_fake, capture_workload
     from sample_graphs.zoo import _lm
 
     build = _lm("Mamba", {"hidden_size": 768, "state_size": 16, "num_hidden_layers": layers, "expand": 2,
                           "conv_kernel": 4, "vocab_size": 50280, "use_mambapy": False},
                 {}, batch, seq, f"Mamba-130m ({layers} layers)")
+    return captured(path, build, "mamba_130m", say)
+
+
+def captured(path: Path, build, name: str, say=print):
+    """The training step of ``build(name, False)`` (a ``sample_graphs.zoo`` builder) captured on fake
+    tensors past the importer's default bound, saved to ``path``."""
+    import functools
+
+    from core.frontend.workload import build_fake, capture_workload
+
     t0 = time.perf_counter()
-    w = build_fake(functools.partial(build, "mamba_130m", False))
-    g = capture_workload(w, name="mamba_130m", max_nodes=200_000)  # past the importer's default bound
+    g = capture_workload(build_fake(functools.partial(build, name, False)), name=name, max_nodes=200_000)
     say(f"captured {len(g.ops())} ops in {time.perf_counter() - t0:.0f} s")
     path.parent.mkdir(parents=True, exist_ok=True)
     io.save(g, path)
     return g
+
+
+def every_method(g, name: str, time_budget: float, methods: list[str], device: str) -> list[dict]:
+    """``compare`` of ``methods`` on ``g`` with one budget each; prints the table and MAGIS against
+    the best other method at <= 10%; returns the rows."""
+    print(f"{name}: {len(g.ops())} ops, {time_budget:g} s per method", flush=True)
+    w = compare(g, name=name, device=device, methods=methods, time_budget=time_budget, peer_budget=time_budget,
+                progress=lambda s: print(" ", s, flush=True))
+    rows = rows_of(w)
+    print(f"\n{'method':<16} {'seconds':>8} {'budget':>7} {'points':>7} {'peak<=10%':>10}")
+    for r in rows:
+        p10 = r.get("peak_at_10pct")
+        print(f"{r['method']:<16} {r['seconds']:8.1f} {time_budget:7.0f} {r['points']:7d} "
+              f"{'-' if p10 is None else f'{p10:.3f}':>10}")
+    others = [r["peak_at_10pct"] for r in rows if r["method"] not in ("magis", "eager", "ideal") and r.get("peak_at_10pct")]
+    magis = next((r.get("peak_at_10pct") for r in rows if r["method"] == "magis"), None)
+    if magis and others:
+        print(f"MAGIS at <= 10%: {magis:.3f}x eager; best other method {min(others):.3f}x: ratio {magis / min(others):.3f}")
+    return rows
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -61,19 +86,7 @@ def main(argv: list[str] | None = None) -> int:
     a = ap.parse_args(argv)
     g = mamba_graph(a.layers, a.seq)
     ops = len(g.ops())
-    print(f"mamba_130m: {ops} ops, {a.time_budget:g} s per method", flush=True)
-    w = compare(g, name="mamba_130m", device=a.device, methods=a.methods.split(","), time_budget=a.time_budget,
-                peer_budget=a.time_budget, progress=lambda s: print(" ", s, flush=True))
-    rows = rows_of(w)
-    print(f"\n{'method':<16} {'seconds':>8} {'budget':>7} {'points':>7} {'peak<=10%':>10}")
-    for r in rows:
-        p10 = r.get("peak_at_10pct")
-        print(f"{r['method']:<16} {r['seconds']:8.1f} {a.time_budget:7.0f} {r['points']:7d} "
-              f"{'-' if p10 is None else f'{p10:.3f}':>10}")
-    others = [r["peak_at_10pct"] for r in rows if r["method"] not in ("magis", "eager", "ideal") and r.get("peak_at_10pct")]
-    magis = next((r.get("peak_at_10pct") for r in rows if r["method"] == "magis"), None)
-    if magis and others:
-        print(f"MAGIS at <= 10%: {magis:.3f}x eager; best other method {min(others):.3f}x: ratio {magis / min(others):.3f}")
+    rows = every_method(g, "mamba_130m", a.time_budget, a.methods.split(","), a.device)
     if a.json:
         a.json.write_text(json.dumps({"model": "mamba_130m", "ops": ops, "time_budget": a.time_budget,
                                       "device": a.device, "rows": rows}, indent=1) + "\n")
