@@ -679,7 +679,7 @@ def cmd_sweep(a: argparse.Namespace) -> dict[str, Any]:
         raise ValueError(f"--memory-limits {e}") from None
     _cost_device(a.cost, None)
     try:
-        devices = [get_device(d).name for d in _split(a.devices or [DEFAULT_PROFILE if a.cost == "analytic"
+        devices = [get_device(d).name for d in _split(a.devices or [DEFAULT_PROFILE if a.cost in ("analytic", "compiled")
                                                                     else _cost_device(a.cost, None)])]
         devices = [_cost_device(a.cost, d) for d in devices]
     except ValueError as e:

@@ -206,6 +206,16 @@ def bounds(floor: int, floor_by_kind: dict[str, int], held: int, op: dict[str, A
     return out
 
 
+def lower_bound(g: Graph, resident: int) -> dict[str, int]:
+    """What no swap-free plan's peak goes below, as two bounds and their larger: the resident floor,
+    and the largest op's working set beside the ``resident`` bytes of the placeholders (the eager
+    simulation's ``memory.resident``).  ``peak - bound`` is the memory a plan could still remove."""
+    floor, _ = resident_floor(g)
+    op = largest_op(g)
+    largest = int(resident + op["bytes"]) if op is not None else int(resident)
+    return {"resident_floor": int(floor), "largest_op": largest, "bound": max(int(floor), largest)}
+
+
 def check_memory(memory: int) -> int:
     """``memory`` as a byte count of at least 1 (ValueError otherwise)."""
     if isinstance(memory, bool) or not isinstance(memory, int) or memory < 1:
@@ -286,4 +296,4 @@ def fit(g: Graph, device: str, memory: int | None = None, *, methods: list[str] 
 
 
 __all__ = ["FitResult", "HELD", "KEPT", "PARTS", "Pick", "bounds", "breakdown", "check_memory", "fit",
-           "judged_on_reserved", "largest_op", "optimizer_of", "part_of", "pick", "predicted_reserved"]
+           "judged_on_reserved", "largest_op", "lower_bound", "optimizer_of", "part_of", "pick", "predicted_reserved"]

@@ -222,7 +222,7 @@ def test_calibrate_saves_a_profile_that_make_cost_loads(tmp_path):
 
 
 def test_cost_choice_names_and_devices():
-    assert set(COST_MODELS) == {"analytic", "calibrated", "measured"}
+    assert set(COST_MODELS) == {"analytic", "compiled", "calibrated", "measured"}
     with pytest.raises(ValueError, match="unknown cost model 'roofline'; known: analytic, calibrated, measured"):
         check_cost("roofline")
     assert cost_device("analytic", "h100-sxm") == "h100-sxm"

@@ -1,14 +1,16 @@
 """The cost models a user chooses between (``--cost`` of ``magis optimize`` / ``sweep``, the app).
 
 * ``analytic``: the roofline of ``core.cost.model`` with a device profile's datasheet constants;
-  any profile, no measurement (the default).
+  any profile, no measurement (the default): eager PyTorch, one kernel per op.
+* ``compiled``: the same roofline with Inductor's fusion (``core.cost.compiled``): what a step
+  run under ``torch.compile`` costs; any profile.
 * ``calibrated``: the same roofline with the constants fitted to op timings measured on this machine
   (``core.cost.calibrate``): the profile ``<profile>-calibrated`` saved in the cache directory; the
   first use times the graph's ops and fits it.
 * ``measured``: each op's own timing on this machine (``core.cost.measured``, cached on disk); ops
   that cannot be timed use the calibrated roofline where there is one, else the datasheet's.
 
-The last two describe the machine at hand, so they take its profile (``cpu`` without a GPU); a
+``calibrated`` and ``measured`` describe the machine at hand, so they take its profile (``cpu`` without a GPU); a
 ``device`` naming another profile is refused.
 """
 
@@ -22,11 +24,13 @@ from .devices import DEFAULT_PROFILE, get_device
 from .model import AnalyticCost, CostModel
 
 COST_MODELS: dict[str, str] = {
-    "analytic": "roofline with the device profile's datasheet constants (no measurement)",
+    "analytic": "roofline with the device profile's datasheet constants (no measurement): eager, one kernel per op",
+    "compiled": "the analytic roofline with torch.compile's (Inductor's) fusion of pointwise, reduction and norm chains",
     "calibrated": "roofline with constants fitted to op timings measured on this machine (cached)",
     "measured": "each op timed on this machine (cached); ops that cannot run use the calibrated roofline",
 }
 DEFAULT_COST = "analytic"
+DATASHEET = ("analytic", "compiled")  # the models that take any profile (no measurement)
 
 
 def check_cost(name: str) -> str:
@@ -41,7 +45,7 @@ def cost_device(cost: str, device: str | None = None) -> str:
     profile) for ``analytic``; this machine's profile for the measuring ones (ValueError when
     ``device`` names another)."""
     check_cost(cost)
-    if cost == "analytic":
+    if cost in DATASHEET:
         return get_device(device or DEFAULT_PROFILE).name
     from .measured import local_profile
 
@@ -60,6 +64,10 @@ def make_cost(cost: str = DEFAULT_COST, device: str | None = None, graphs: Any =
     base = cost_device(cost, device)
     if cost == "analytic":
         return AnalyticCost(base)
+    if cost == "compiled":
+        from .compiled import CompiledCost
+
+        return CompiledCost(base)
     from .calibrate import calibrate, load_calibrated
 
     prof = load_calibrated(base, cache_dir)

@@ -20,7 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..ir import ops
-from ..ir.graph import Graph, Node, NodeKind, map_refs
+from ..ir.graph import EditLog, Graph, Node, NodeKind, map_refs
 from .devices import DEFAULT_PROFILE, DeviceProfile, get_device
 from .variants import CONV_OPS, kernel_variant
 
@@ -38,12 +38,18 @@ class CostModel:
     """Interface: seconds for one node of a graph."""
 
     device: DeviceProfile
+    contextual = False  # whether an op's time depends on its neighbours (``affected`` says which change)
 
     def node_time(self, g: Graph, node: Node) -> float:
         raise NotImplementedError
 
     def transfer_time(self, nbytes: float) -> float:
         return self.device.launch_overhead + nbytes / self.device.host_bandwidth
+
+    def affected(self, g: Graph, log: EditLog) -> set[int]:
+        """Ids of the nodes whose time an edit journalled in ``log`` may have changed: the nodes it
+        touched (an op's time depends on the op alone here; a fusion-aware model widens this)."""
+        return log.touched()
 
     def memory_bound(self, g: Graph, node: Node) -> bool:
         """Whether op ``node`` is cheap to recompute: bound by memory traffic rather than arithmetic

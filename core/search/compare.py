@@ -17,9 +17,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..cost.choice import DEFAULT_COST, make_cost
 from ..cost.devices import DEFAULT_PROFILE
-from ..cost.model import AnalyticCost
+from ..fit import lower_bound
 from ..ir.graph import Graph
+from ..simulate import simulate
 from .methods import METHODS, PEER_FAMILIES, methods_of, run_method
 from .peers import checkmate as _checkmate
 from .peers.common import dominated_by_eager
@@ -90,14 +92,15 @@ def point_row(label: str, peak: int, latency: float, eager: dict, stats: dict | 
             "latency_ratio": latency / eager["latency"], "stats": stats or {}}
 
 
-def run_magis(g: Graph, device: str, budget: float, eager: dict) -> MethodResult:
-    """``optimize(pareto=True)`` within ``budget`` s; its frontier points (not its eager point) and its
-    records, each with ``wall_seconds`` since ``optimize`` was called (warm start included)."""
+def run_magis(g: Graph, device: str, budget: float, eager: dict, cost: str = DEFAULT_COST) -> MethodResult:
+    """``optimize(pareto=True)`` within ``budget`` s under cost model ``cost`` (``core.cost.choice``);
+    its frontier points (not its eager point) and its records, each with ``wall_seconds`` since
+    ``optimize`` was called (warm start included)."""
     from .moptimizer import optimize
 
     stamps: list[float] = []
     t0 = time.perf_counter()
-    pf = optimize(g, pareto=True, time_budget=budget, device=device,
+    pf = optimize(g, pareto=True, time_budget=budget, device=device, cost=make_cost(cost, device), cost_name=cost,
                   progress=lambda _r: stamps.append(time.perf_counter() - t0))
     dt = time.perf_counter() - t0
     records = [dict(r) for r in pf.records]
@@ -110,7 +113,7 @@ def run_magis(g: Graph, device: str, budget: float, eager: dict) -> MethodResult
     base = pf.points[-1]
     points = [point_row(p.label, p.peak, p.latency, eager, p.stats) for p in pf.points[:-1]]
     picked = picks([(p["peak_ratio"], p["latency_ratio"]) for p in points]).values()
-    failures = resimulate(g, pf.points[:-1], {k for k in picked if k is not None}, device)
+    failures = resimulate(g, pf.points[:-1], {k for k in picked if k is not None}, device, cost)
     # the warm start's stages as points of the convergence curve too (the search's records start after it)
     curve = [{"wall_seconds": st["end"], "frontier_peak": st["lowest_peak"]} for st in pf.meta.get("stages", [])
              if "lowest_peak" in st] + records
@@ -123,14 +126,15 @@ def run_magis(g: Graph, device: str, budget: float, eager: dict) -> MethodResult
     return MethodResult("magis", points, failures, dt, extra, list(pf.points[:-1]))
 
 
-def resimulate(g: Graph, plans: list[Plan], indices: set[int], device: str) -> list[tuple[str, str]]:
+def resimulate(g: Graph, plans: list[Plan], indices: set[int], device: str,
+               cost_name: str = DEFAULT_COST) -> list[tuple[str, str]]:
     """The plans of ``indices`` replayed from the imported graph and simulated from scratch (after
-    the timed search): (label, why) for each whose peak or latency differs from what the search
-    reported."""
+    the timed search, with a fresh cost model of kind ``cost_name``): (label, why) for each whose
+    peak or latency differs from what the search reported."""
     from ..simulate import simulate
     from .plan import check_order, replay
 
-    cost = AnalyticCost(device)
+    cost = make_cost(cost_name, device)
     bad = []
     for k in sorted(indices):
         p = plans[k]
@@ -193,24 +197,27 @@ def small_stats(stats: dict) -> dict:
 def compare(g: Graph, *, name: str | None = None, device: str = DEFAULT_PROFILE, methods: list[str] | None = None,
             time_budget: float = 60.0, peer_budget: float | None = None, model: Callable[[], Any] | None = None,
             checkmate_time_limit: float | None = None, checkmate_max_vars: int = _checkmate.MAX_VARS,
-            progress: Callable[[str], None] | None = None) -> dict:
+            progress: Callable[[str], None] | None = None, cost: str = DEFAULT_COST) -> dict:
     """Every method of ``methods`` (default: ``default_methods()``) on ``g``, MAGIS within
-    ``time_budget`` s and each other within ``peer_budget`` (default: the same):
-    {"workload", "nodes", "device", "eager": {"peak", "latency"}, "eager_plan", "results": {method:
-    MethodResult}}."""
+    ``time_budget`` s and each other within ``peer_budget`` (default: the same), every latency under
+    cost model ``cost`` (``core.cost.choice``: ``analytic`` eager kernels, ``compiled`` Inductor's
+    fusion): {"workload", "nodes", "device", "cost", "eager": {"peak", "latency"}, "bound" (the
+    lower bounds of ``core.fit.lower_bound``), "budgets" ({"magis": s, "peers": s}), "eager_plan",
+    "results": {method: MethodResult}}."""
     say = progress or (lambda _m: None)
     name = name or g.name
     methods = methods or default_methods()
     peer_budget = time_budget if peer_budget is None else peer_budget
-    cost = AnalyticCost(device)
+    cost_name, cost = cost, make_cost(cost, device)
     base = METHODS["eager"].run(g, cost).plans[0]
     eager = {"peak": int(base.peak), "latency": float(base.latency)}
+    bound = lower_bound(g, simulate(g, base.order, cost).memory.resident)
     results: dict[str, MethodResult] = {}
     for m in methods:
         say(f"{name}: {m} ...")
         if m == "magis":
             try:
-                r = run_magis(g, device, time_budget, eager)
+                r = run_magis(g, device, time_budget, eager, cost_name)
             except Exception as e:  # noqa: BLE001 -- MAGIS's crash is its failure row; the others still run
                 why = f"{type(e).__name__}: {_first_line(e)}"
                 r = MethodResult("magis", failures=[("all", why)], error=why,
@@ -221,8 +228,8 @@ def compare(g: Graph, *, name: str | None = None, device: str = DEFAULT_PROFILE,
                          checkmate_max_vars=checkmate_max_vars, progress=lambda s: say(f"  {s}"))
         results[m] = r
         say(f"{name}: {m} done in {r.seconds:.1f} s, {len(r.points)} points, {len(r.failures)} failed")
-    return {"workload": name, "nodes": len(g), "device": device, "eager": eager, "eager_plan": base,
-            "results": results}
+    return {"workload": name, "nodes": len(g), "device": device, "cost": cost_name, "eager": eager, "bound": bound,
+            "budgets": {"magis": time_budget, "peers": peer_budget}, "eager_plan": base, "results": results}
 
 
 def failures_of(w: dict) -> list[dict]:
@@ -246,6 +253,18 @@ def plan_file_of(w: dict, g: Graph) -> PlanFile:
     return PlanFile(g.name, graph_hash(g), w["device"], points, records, meta)
 
 
+def reducible_removed(peak_ratio: float | None, w: dict) -> float | None:
+    """The share of the reducible memory (eager's peak minus the lower bound ``w["bound"]["bound"]``)
+    that a point of peak ratio ``peak_ratio`` removes (above 1 only by moving resident bytes to
+    the host); None without a point or without reducible memory."""
+    b = w.get("bound")
+    if peak_ratio is None or b is None:
+        return None
+    eager = w["eager"]["peak"]
+    room = eager - b["bound"]
+    return round((1 - peak_ratio) * eager / room, 4) if room > 0 else None
+
+
 def rows_of(w: dict) -> list[dict]:
     """One table row per method of a ``compare`` result."""
     rows = []
@@ -253,6 +272,9 @@ def rows_of(w: dict) -> list[dict]:
         row = {"workload": w["workload"], "method": m,
                **summarise([(p["peak_ratio"], p["latency_ratio"]) for p in r.points]),
                "points": len(r.points), "failed": len(r.failures), "seconds": round(r.seconds, 2)}
+        budget = w.get("budgets", {}).get("magis" if m == "magis" else "peers")
+        row["budget_used"] = round(r.seconds / budget, 3) if budget else None
+        row["reducible_removed"] = reducible_removed(row["peak_at_10pct"], w)
         if m == "magis":
             recs = r.extra["records"]
             row["seconds_to_1pct"] = r.extra["seconds_to_1pct"]
@@ -272,15 +294,17 @@ def fmt(x: float | None, pct: bool = False) -> str:
     return f"{100 * x:+.1f}%" if pct else f"{100 * x:.1f}%"
 
 
-HEAD = (f"{'workload':<13} {'method':<13} {'peak@<=5%':>10} {'peak@<=10%':>10} {'ovh@80%':>8} {'ovh@40%':>8} "
-        f"{'points':>6} {'failed':>6} {'seconds':>8} {'to 1%':>7}")
+HEAD = (f"{'workload':<13} {'method':<13} {'peak@<=5%':>10} {'peak@<=10%':>10} {'reduc@10%':>9} {'ovh@80%':>8} "
+        f"{'ovh@40%':>8} {'points':>6} {'failed':>6} {'seconds':>8} {'used':>5} {'to 1%':>7}")
 
 
 def format_row(r: dict) -> str:
     to1 = "" if r.get("seconds_to_1pct") is None else f"{r['seconds_to_1pct']:.1f}s"
+    used = "" if r.get("budget_used") is None else f"{100 * r['budget_used']:.0f}%"
     return (f"{r['workload']:<13} {r['method']:<13} {fmt(r['peak_at_5pct']):>10} {fmt(r['peak_at_10pct']):>10} "
-            f"{fmt(r['overhead_at_80pct'], True):>8} {fmt(r['overhead_at_40pct'], True):>8} "
-            f"{r['points']:>6} {r['failed']:>6} {r['seconds']:>8.1f} {to1:>7}")
+            f"{fmt(r.get('reducible_removed')):>9} {fmt(r['overhead_at_80pct'], True):>8} "
+            f"{fmt(r['overhead_at_40pct'], True):>8} {r['points']:>6} {r['failed']:>6} {r['seconds']:>8.1f} "
+            f"{used:>5} {to1:>7}")
 
 
 def format_table(rows: list[dict], failures: list[dict]) -> str:
@@ -298,6 +322,8 @@ def format_table(rows: list[dict], failures: list[dict]) -> str:
         lines.append("MAGIS here: " + "; ".join(f"{k} {_range(magis, k)}" for k in PAPER_NUMBERS))
         lines.append("'to 1%': seconds since optimize() was called until the lowest peak of the frontier came "
                      "within 1% of its final value")
+    lines.append("'reduc@10%': share of the reducible memory (eager's peak minus the larger of the resident floor "
+                 "and the largest op's working set) removed at <= 10% overhead; 'used': share of the time budget")
     for r in magis:
         if r.get("eager_matches") is False:
             lines.append(f"  {r['workload']}: MAGIS's own eager point differs from the eager peer's (ratios use the peer's)")
@@ -325,4 +351,4 @@ def _range(rows: list[dict], key: str) -> str:
 
 __all__ = ["HEAD", "PAPER_LINE", "PAPER_NUMBERS", "MethodResult", "compare", "default_methods", "failures_of",
            "fmt", "format_row", "format_table", "picks", "plan_file_of", "point_row", "resimulate", "rows_of",
-           "run_magis", "run_peer", "seconds_to_within", "small_stats", "summarise"]
+           "reducible_removed", "run_magis", "run_peer", "seconds_to_within", "small_stats", "summarise"]

@@ -761,7 +761,7 @@ class DeltaEvaluator:
         n = len(self.order)
         swap = self._swap_window(lo, hi, added) if self.storages.copy_nodes else None
         if swap is not None:
-            return self._placed(app, *swap, log.touched())
+            return self._placed(app, *swap, self.cost.affected(self.g, log))
         L, R = get_reschedule_interval(self.nw, lo, hi) if n else (0, -1)
         L, R, ops = self._widened_window(L, R, added)
         if self.window_cap is None or len(ops) <= self.window_cap:
@@ -780,7 +780,7 @@ class DeltaEvaluator:
         simulated = self.storages.copy_nodes or uncopied  # the working latency is a simulated one: no delta
         order = self.order[:L] + window + self.order[R + 1:] if simulated or self._focus is not None else ()
         if simulated:
-            curve, latency, host = self._simulated(order, log.touched())
+            curve, latency, host = self._simulated(order, self.cost.affected(self.g, log))
             peak = int(curve.max()) if len(curve) else 0
         else:
             latency = self.latency + self._latency_delta(log)
@@ -913,7 +913,7 @@ class DeltaEvaluator:
     def _latency_delta(self, log: EditLog) -> float:
         g, times = self.g, self.times
         dt = 0.0
-        for v in log.touched():
+        for v in self.cost.affected(g, log):
             old = times.get(v, 0.0)
             node = g.nodes.get(v)
             new = self.cost.node_time(g, node) if node is not None and node.kind != NodeKind.PLACEHOLDER else 0.0
@@ -995,7 +995,7 @@ class DeltaEvaluator:
         L, R, window = s.lo, s.hi, list(s.window)
         affected = changed | self.storages.roots_of(window) | self.storages.roots_of(self.order[L:R + 1])
         old_window = tuple(self.order[L:R + 1])
-        old_times = {v: self.times.get(v) for v in log.touched()}
+        old_times = {v: self.times.get(v) for v in self.cost.affected(self.g, log)}
         self._move(L, R, window, affected, log)
         self._stack.append((s, log, old_window, affected, {"saved": saved, "times": old_times,
                                                            "latency": self.latency}))
@@ -1034,7 +1034,7 @@ class DeltaEvaluator:
     def _retime(self, log: EditLog) -> None:
         """The cached op times of the ops ``log`` touched."""
         g = self.g
-        for v in log.touched():
+        for v in self.cost.affected(g, log):
             node = g.nodes.get(v)
             if node is None or node.kind == NodeKind.PLACEHOLDER:
                 self.times.pop(v, None)

@@ -80,11 +80,21 @@ class GraphCost:
     def total(self, g: Graph) -> float:
         return sum(self.times[v] for v in g.nodes)
 
-    def delta(self, g: Graph, log: EditLog) -> float:
-        """The change of the total made by the recorded substitution (its added nodes noted)."""
+    def delta(self, g: Graph, log: EditLog, keep: bool = True) -> float:
+        """The change of the total made by the recorded substitution (its added nodes noted; under a
+        cost model whose op times depend on their neighbours, ``CostModel.contextual``, the
+        neighbours timed again, and their old times put back unless ``keep``)."""
         gone = sum(self.times[e.nid] for e in log.edits if e.kind == "erase")
-        added = sum(self.note(g, v) for v in sorted(log.added()))
-        return added - gone
+        new = sorted(log.added())
+        added = sum(self.note(g, v) for v in new)
+        if not self.cost.contextual:
+            return added - gone
+        fresh = set(new)
+        old = {v: self.times[v] for v in self.cost.affected(g, log) if v not in fresh and v in self.times}
+        changed = sum(self.note(g, v) - t for v, t in old.items())
+        if not keep:
+            self.times.update(old)
+        return added - gone + changed
 
 
 @dataclass
@@ -194,7 +204,7 @@ class Walk:
         except RuleNotApplicable:
             self.stats.refused += 1
             return None
-        d = self.gc.delta(self.g, log)
+        d = self.gc.delta(self.g, log, keep=False)
         rule.inverse(self.g, log)
         return d
 
@@ -207,7 +217,7 @@ class Walk:
         (``signature``), applying it only the first time; whether it applies here (a cycle) is not
         checked: ``check`` or ``push`` does that before a sequence is kept."""
         key = self.signature(app)
-        d = self.deltas.get(key)
+        d = None if self.gc.cost.contextual else self.deltas.get(key)  # a neighbour-dependent time: no reuse
         if d is None:
             d = self._trial(app)
             if d is None:
@@ -243,6 +253,10 @@ class Walk:
         step = self.steps.pop()
         self._matches.pop()
         self.rules[step.app.rule].inverse(self.g, step.log)
+        if self.gc.cost.contextual:  # the neighbours' times as they were
+            for v in self.gc.cost.affected(self.g, step.log):
+                if v in self.gc.times:
+                    self.gc.note(self.g, v)
         self.cost = self.steps[-1].cost if self.steps else self.root_cost
         return step
 
