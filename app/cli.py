@@ -782,6 +782,7 @@ def cmd_compare(a: argparse.Namespace) -> dict[str, Any]:
         raise ValueError(f"unknown method(s) {', '.join(unknown)}; known: {', '.join(METHODS)}")
     if a.device not in DEVICES:
         raise ValueError(f"unknown device {a.device!r}; known: {_names(DEVICES)}")
+    _cost_device(a.cost, a.device)
     if not a.time_budget > 0:
         raise ValueError("--time-budget must be positive")
     g, model = _compare_model(a.file)
@@ -794,24 +795,30 @@ def cmd_compare(a: argparse.Namespace) -> dict[str, Any]:
         if old.device != a.device:
             raise PlanError(f"{a.output} was made for device {old.device!r}, not {a.device!r}; write to another "
                             f"file or pass --device {old.device}")
+        if old.meta.get("cost", "analytic") != a.cost:
+            raise PlanError(f"{a.output} holds latencies of the {old.meta.get('cost', 'analytic')} cost model, not "
+                            f"of {a.cost}; write to another file")
     say = lambda msg: print(msg, file=sys.stderr, flush=True)  # noqa: E731
-    say(f"comparing {len(methods)} methods on {g.name} ({len(g)} nodes), {a.time_budget:g} s each, on {a.device}"
+    say(f"comparing {len(methods)} methods on {g.name} ({len(g)} nodes), {a.time_budget:g} s each, on {a.device} "
+        f"({a.cost} cost model)"
         + (f"; merging into {a.output} ({len(old.points)} points)" if old else ""))
     with optimizer_errors("magis compare"):
-        w = compare(g, device=a.device, methods=methods, time_budget=a.time_budget, model=model, progress=say)
+        w = compare(g, device=a.device, methods=methods, time_budget=a.time_budget, model=model, progress=say,
+                    cost=a.cost)
     pf = plan_file_of(w, g)
     if old is not None:
         pf = merge_plans(old, pf)
     save_plans(pf, a.output)
     say(f"wrote {a.output}: {len(pf.points)} points" + (" (merged with the points already there)" if old else ""))
     rows, failures = rows_of(w), failures_of(w)
-    res = {"graph": g.name, "nodes": len(g), "device": a.device, "time_budget": a.time_budget,
-           "eager": w["eager"], "rows": rows, "failures": failures, "output": str(a.output),
+    res = {"graph": g.name, "nodes": len(g), "device": a.device, "cost": a.cost, "time_budget": a.time_budget,
+           "eager": w["eager"], "bound": w["bound"], "rows": rows, "failures": failures, "output": str(a.output),
            "points": len(pf.points), "merged": old is not None}
     if a.json:
         print(json.dumps(res, indent=1))
     else:
-        print(f"{a.device}; each method {a.time_budget:g} s; ratios against PyTorch eager of the same run")
+        print(f"{a.device}, {a.cost} cost model; each method {a.time_budget:g} s; ratios against PyTorch eager of "
+              f"the same run")
         print(format_table(rows, failures))
     return res
 
@@ -1160,6 +1167,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("-o", "--output", required=True, type=Path, metavar="PLAN",
                    help="plan file to write (.json, or .json.gz to compress); an existing one of the same "
                         "graph is merged into")
+    _cost_option(s)
     s.add_argument("--json", action="store_true", help="print the table's rows and the failures as JSON")
     s.set_defaults(fn=cmd_compare)
 

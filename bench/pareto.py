@@ -95,7 +95,7 @@ def substitution_prepass(g, device: str, max_steps: int, budget: float, progress
 def run_workload(name: str, *, device: str = "rtx3090", methods: list[str] | None = None,
                  time_budget: float = 60.0, peer_budget: float = 60.0, checkmate_time_limit: float | None = None,
                  checkmate_max_vars: int = _checkmate.MAX_VARS, graph=None, progress=None,
-                 substitute: int = 0, substitute_budget: float = 30.0) -> dict:
+                 substitute: int = 0, substitute_budget: float = 30.0, cost: str = "analytic") -> dict:
     """Every method of ``methods`` on workload ``name`` (its committed graph, or ``graph``):
     ``core.search.compare.compare``'s result.  ``substitute`` = K > 0: every method starts from the
     graph after the substitution pre-pass (``substitution_prepass``), as MAGIS section 7.1 gives its
@@ -107,11 +107,11 @@ def run_workload(name: str, *, device: str = "rtx3090", methods: list[str] | Non
         g = substitution_prepass(g, device, substitute, substitute_budget, progress)
     return compare(g, name=name, device=device, methods=methods or DEFAULT_METHODS, time_budget=time_budget,
                    peer_budget=peer_budget, model=model_of(name), checkmate_time_limit=checkmate_time_limit,
-                   checkmate_max_vars=checkmate_max_vars, progress=progress)
+                   checkmate_max_vars=checkmate_max_vars, progress=progress, cost=cost)
 
 
 def to_json(w: dict) -> dict:
-    return {"workload": w["workload"], "nodes": w["nodes"], "eager": w["eager"],
+    return {"workload": w["workload"], "nodes": w["nodes"], "eager": w["eager"], "bound": w["bound"],
             "points": {m: r.points for m, r in w["results"].items()},
             "seconds": {m: round(r.seconds, 3) for m, r in w["results"].items()},
             "extra": {m: {k: v for k, v in r.extra.items() if k != "records"} for m, r in w["results"].items()},
@@ -144,7 +144,7 @@ def merge(parts: list[Path], path: Path | None) -> None:
     over the earlier run of all: ``part_of`` says which part each one's numbers come from) -- in
     the paper's order of the workloads; their figures were written by the parts."""
     docs = [json.loads(p.read_text()) for p in parts]
-    keys = ("device", "time_budget", "peer_budget", "substitute", "checkmate_time_limit", "checkmate_max_vars")
+    keys = ("device", "cost", "time_budget", "peer_budget", "substitute", "checkmate_time_limit", "checkmate_max_vars")
     confs = {tuple(d.get(k) for k in keys) for d in docs}
     if len(confs) != 1:
         raise SystemExit(f"the parts were run with different settings: {sorted(map(str, confs))}")
@@ -168,8 +168,8 @@ def merge(parts: list[Path], path: Path | None) -> None:
 
 
 def _header(d: dict) -> str:
-    return (f"{d['device']}; MAGIS {d['time_budget']:g} s, each peer {d['peer_budget']:g} s per workload; "
-            f"ratios against PyTorch eager of the same run")
+    return (f"{d['device']}, {d.get('cost') or 'analytic'} cost model; MAGIS {d['time_budget']:g} s, each peer "
+            f"{d['peer_budget']:g} s per workload; ratios against PyTorch eager of the same run")
 
 
 def _subtitle(d: dict) -> str:
@@ -181,6 +181,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--workloads", default=",".join(PAPER))
     ap.add_argument("--methods", default=",".join(DEFAULT_METHODS), help=f"of {','.join(METHODS)}")
     ap.add_argument("--device", default="rtx3090")
+    ap.add_argument("--cost", default="analytic", choices=("analytic", "compiled"),
+                    help="latency model of every method: eager kernels, or torch.compile's fusion")
     ap.add_argument("--time-budget", type=float, default=60.0, help="MAGIS search seconds per workload")
     ap.add_argument("--peer-budget", type=float, default=60.0, help="seconds per peer and workload")
     ap.add_argument("--checkmate-time-limit", type=float, default=None,
@@ -211,7 +213,7 @@ def main(argv: list[str] | None = None) -> int:
     unknown = [m for m in methods if m not in METHODS]
     if unknown:
         ap.error(f"unknown method(s) {', '.join(unknown)}; known: {', '.join(METHODS)}")
-    conf = {"device": a.device, "time_budget": a.time_budget, "peer_budget": a.peer_budget,
+    conf = {"device": a.device, "cost": a.cost, "time_budget": a.time_budget, "peer_budget": a.peer_budget,
             "substitute": a.substitute,
             "checkmate_time_limit": a.checkmate_time_limit, "checkmate_max_vars": a.checkmate_max_vars,
             "methods": methods, "paper": PAPER_NUMBERS}
@@ -222,7 +224,7 @@ def main(argv: list[str] | None = None) -> int:
         w = run_workload(name, device=a.device, methods=methods, time_budget=a.time_budget,
                          peer_budget=a.peer_budget, checkmate_time_limit=a.checkmate_time_limit,
                          checkmate_max_vars=a.checkmate_max_vars, progress=lambda s: print(s, flush=True),
-                         substitute=a.substitute, substitute_budget=a.substitute_budget)
+                         substitute=a.substitute, substitute_budget=a.substitute_budget, cost=a.cost)
         # keep the JSON form only: a workload's plans and graph would stay on the heap (and in every
         # garbage collection) while the next workloads' time-bounded searches run
         workloads.append(to_json(w))

@@ -71,18 +71,18 @@ def budget_of(ops: int, time_budget: float, per_kop: float = 0.0) -> float:
 
 
 def run_model(name: str, *, tiny: bool, methods: list[str], budget: float, device: str, say,
-              per_kop: float = 0.0) -> dict:
+              per_kop: float = 0.0, cost: str = "analytic") -> dict:
     g, capture_s = import_graph(name, tiny)
     floor, _ = resident_floor(g)
     ops = len(g.ops())
     budget = budget_of(ops, budget, per_kop)
     say(f"{name}: {ops} ops, {budget:g} s per method")
     w = compare(g, name=name, device=device, methods=methods, time_budget=budget, peer_budget=budget,
-                progress=say)
+                progress=say, cost=cost)
     return {"model": name, "family": zoo.BY_NAME[name].family, "size": zoo.BY_NAME[name].size,
             "description": g.meta.get("description", ""), "ops": ops, "time_budget": budget,
             "capture_seconds": round(capture_s, 1), "no_dim_links": ops_without_dim_links(g),
-            "floor_ratio": floor / w["eager"]["peak"], "eager": w["eager"],
+            "floor_ratio": floor / w["eager"]["peak"], "eager": w["eager"], "bound": w["bound"],
             "rows": rows_of(w), "failures": failures_of(w),
             "points": {m: r.points for m, r in w["results"].items()}}
 
@@ -152,6 +152,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--per-kop", type=float, default=0.0,
                     help="seconds per method and thousand ops of the model where that is more than --time-budget")
     ap.add_argument("--device", default="rtx3090")
+    ap.add_argument("--cost", default="analytic", choices=("analytic", "compiled"),
+                    help="latency model of every method: eager kernels, or torch.compile's fusion")
     ap.add_argument("--tiny", action="store_true", help="the tiny variants (a smoke test)")
     ap.add_argument("--json", type=Path, default=None)
     ap.add_argument("--markdown", action="store_true", help="also print the README's table (format_markdown)")
@@ -172,11 +174,11 @@ def main(argv: list[str] | None = None) -> int:
         say(f"== {name}")
         try:
             models.append(run_model(name, tiny=a.tiny, methods=methods, budget=a.time_budget, device=a.device,
-                                    say=say, per_kop=a.per_kop))
+                                    say=say, per_kop=a.per_kop, cost=a.cost))
         except Exception as e:  # noqa: BLE001 -- a model that does not import is a row with its reason
             failed.append({"model": name, "error": f"{type(e).__name__}: {str(e).splitlines()[0][:300]}"})
             say(f"{name}: failed: {failed[-1]['error']}")
-    report({"device": a.device, "time_budget": a.time_budget, "per_kop": a.per_kop, "tiny": a.tiny,
+    report({"device": a.device, "cost": a.cost, "time_budget": a.time_budget, "per_kop": a.per_kop, "tiny": a.tiny,
             "methods": methods, "models": models, "not_run": failed}, a.json, a.markdown)
     return 0
 
@@ -188,7 +190,7 @@ def report(run: dict, path: Path | None, markdown: bool = False) -> None:
     per_kop = run.get("per_kop") or 0
     each = f" ({per_kop:g} s per thousand ops where that is more)" if per_kop else ""
     print(f"{run['device']}; every method {run['time_budget']:g} s per model{each}; ratios against PyTorch eager "
-          f"of the same run; latencies are the analytic model's predictions")
+          f"of the same run; latencies are the {run.get('cost', 'analytic')} cost model's predictions")
     print(format_table([r for m in models for r in m["rows"]], [f for m in models for f in m["failures"]]))
     print()
     print(format_summary(models))
@@ -206,14 +208,14 @@ def report(run: dict, path: Path | None, markdown: bool = False) -> None:
 def merge(parts: list[Path], path: Path | None, markdown: bool = False) -> int:
     """One report of runs made in parts (two processes side by side, one model list each)."""
     runs = [json.loads(p.read_text()) for p in parts]
-    keys = {(r["device"], r["time_budget"], r.get("per_kop") or 0, r["tiny"]) for r in runs}
+    keys = {(r["device"], r["time_budget"], r.get("per_kop") or 0, r["tiny"], r.get("cost", "analytic")) for r in runs}
     if len(keys) != 1:
-        raise SystemExit(f"the parts differ in device, budget or size: {sorted(keys)}")
+        raise SystemExit(f"the parts differ in device, budget, size or cost model: {sorted(keys)}")
     models = {m["model"]: m for r in runs for m in r["models"]}
     order = [n for n in zoo.NAMES if n in models] + [n for n in models if n not in zoo.NAMES]
     methods = list(dict.fromkeys(x for r in runs for x in r["methods"]))
-    device, budget, per_kop, tiny = keys.pop()
-    report({"device": device, "time_budget": budget, "per_kop": per_kop, "tiny": tiny, "methods": methods,
+    device, budget, per_kop, tiny, cost = keys.pop()
+    report({"device": device, "cost": cost, "time_budget": budget, "per_kop": per_kop, "tiny": tiny, "methods": methods,
             "models": [models[n] for n in order], "not_run": [f for r in runs for f in r["not_run"]],
             "parts": [str(p) for p in parts]}, path, markdown)
     return 0

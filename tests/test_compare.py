@@ -158,3 +158,48 @@ def test_a_point_no_better_than_eager_is_never_a_result(monkeypatch):
     r = cmp.run_peer("dtr", g, None, 1.0, eager)
     assert r.points == [] and r.failures == [("all", "no plan better than eager in peak or latency (1 plans; "
                                                      "the lowest peak 1.200x at latency 1.100x)")]
+
+
+def test_the_reducible_share_is_measured_against_the_larger_lower_bound():
+    """eager 100 B, resident floor 40 B, largest op beside the placeholders 60 B: 40 B are reducible;
+    a point at 0.8x removes 20 of them, one at 0.5x (resident bytes moved to the host) more than all."""
+    from core.search.compare import reducible_removed
+
+    w = {"eager": {"peak": 100}, "bound": {"resident_floor": 40, "largest_op": 60, "bound": 60}}
+    assert reducible_removed(0.8, w) == 0.5
+    assert reducible_removed(0.4, w) == 1.5
+    assert reducible_removed(None, w) is None
+    assert reducible_removed(0.9, {"eager": {"peak": 100}, "bound": {"bound": 100}}) is None  # nothing reducible
+
+
+def test_compare_under_the_compiled_cost_model(tmp_path):
+    """``--cost compiled``: every method timed with Inductor's fusion (eager too, and faster than its
+    eager kernels), the model recorded in the plan file; each row says the share of the budget used
+    and of the reducible memory removed; a plan file of the other model is not merged into."""
+    from core.fit import lower_bound
+    from core.search.peers.common import traced_order
+    from core.simulate import simulate
+    from sample_graphs.store import load_sample_graph
+
+    out = tmp_path / "p.json"
+    r = magis("compare", "bert_tiny", "--methods", "eager,dtr", "--time-budget", "3", "--cost", "compiled",
+              "-o", str(out), "--json")
+    assert r.returncode == 0, r.stderr
+    res = json.loads(r.stdout)
+    g = load_sample_graph("bert_tiny")
+    from core.cost.model import AnalyticCost
+
+    analytic = simulate(g, traced_order(g), AnalyticCost("rtx3090"))
+    assert res["cost"] == "compiled" and res["eager"]["latency"] < analytic.latency
+    assert res["eager"]["peak"] == analytic.peak  # memory is the simulator's, whatever the latency model
+    assert res["bound"] == lower_bound(g, analytic.memory.resident)
+    rows = {row["method"]: row for row in res["rows"]}
+    for row in rows.values():
+        assert row["budget_used"] == pytest.approx(row["seconds"] / 3, abs=0.01)
+    dtr = rows["dtr"]
+    assert dtr["peak_at_10pct"] is not None
+    assert 0 < dtr["reducible_removed"] == pytest.approx(
+            (1 - dtr["peak_at_10pct"]) * res["eager"]["peak"] / (res["eager"]["peak"] - res["bound"]["bound"]), abs=1e-3)
+    assert load_plans(out).meta["cost"] == "compiled"
+    again = magis("compare", "bert_tiny", "--methods", "eager", "--time-budget", "2", "-o", str(out))
+    assert again.returncode != 0 and "compiled cost model" in again.stderr

@@ -208,7 +208,7 @@ def compare(g: Graph, *, name: str | None = None, device: str = DEFAULT_PROFILE,
     name = name or g.name
     methods = methods or default_methods()
     peer_budget = time_budget if peer_budget is None else peer_budget
-    cost_name, cost = cost, make_cost(cost, device)
+    cost_name, cost = cost, make_cost(cost, device, graphs=[g])
     base = METHODS["eager"].run(g, cost).plans[0]
     eager = {"peak": int(base.peak), "latency": float(base.latency)}
     bound = lower_bound(g, simulate(g, base.order, cost).memory.resident)
@@ -247,7 +247,8 @@ def plan_file_of(w: dict, g: Graph) -> PlanFile:
     failures = {m: "; ".join(f"{label}: {why}" for label, why in r.failures)[:400]
                 for m, r in res.items() if r.failures}
     meta = dict(res["magis"].extra.get("meta", {})) if "magis" in res else {}
-    meta.update({"generated_by": "magis compare", "methods": list(res), "peer_failures": failures,
+    meta.update({"generated_by": "magis compare", "cost": w.get("cost", DEFAULT_COST), "methods": list(res),
+                 "peer_failures": failures,
                  "seconds": {m: round(r.seconds, 3) for m, r in res.items()}})
     records = list(res["magis"].extra.get("plan_records", [])) if "magis" in res else []
     return PlanFile(g.name, graph_hash(g), w["device"], points, records, meta)
