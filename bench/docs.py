@@ -165,6 +165,128 @@ def _zoo() -> str:
                   "ops without dim links"], "llrrrllrlll", out)
 
 
+# ---- peers at full strength under both cost models (bench/results/*_costs_*.json) -------------------
+COSTS = ("analytic", "compiled")
+
+
+def _units(kind: str, cost: str) -> list[tuple[str, list[dict], dict]]:
+    """(workload or model, its rows, its record) of ``pareto_costs_<cost>`` or ``zoo_costs_<cost>``."""
+    d = load(f"{kind}_costs_{cost}")
+    if kind == "pareto":
+        by = _by_workload(d["rows"])
+        return [(w["workload"], by[w["workload"]], w) for w in d["workloads"]]
+    return [(m["model"], m["rows"], m) for m in d["models"]]
+
+
+def _versus_cells(rows: list[dict]) -> list[str]:
+    mine, best, who = versus(rows)
+    by = {r["method"]: r for r in rows}
+    share = by.get("magis", {}).get("reducible_removed")
+    win = mine is not None and (best is None or mine <= best + 1e-12)
+    return [bold_if(x(mine), win), "-" if best is None else f"{who} {x(best)}",
+            "-" if mine is None or not best else f"{mine / best:.2f}",
+            "-" if share is None else f"{100 * share:.0f}%"]
+
+
+def _cost_versus(kind: str) -> str:
+    per = {c: {name: (rows, rec) for name, rows, rec in _units(kind, c)} for c in COSTS}
+    names = list(per[COSTS[0]])
+    out = []
+    for n in names:
+        rec = per[COSTS[0]][n][1]
+        b = rec.get("bound") or {}
+        bound = "-" if not b else f"{b['bound'] / rec['eager']['peak']:.2f}x ({'floor' if b['bound'] == b['resident_floor'] else 'largest op'})"
+        cells = [n, bound]
+        for c in COSTS:
+            cells += _versus_cells(per[c][n][0]) if n in per[c] else ["-"] * 4
+        out.append(cells)
+    head = ["workload" if kind == "pareto" else "model", "lower bound"]
+    for c in COSTS:
+        head += [f"{c}: MAGIS", "best other", "ratio", "reducible removed"]
+    return table(head, "lr" + "rlrr" * len(COSTS), out)
+
+
+@renderer("pareto_costs")
+def _pareto_costs() -> str:
+    """The paper's workloads under both cost models: MAGIS at <= 10% overhead against the best other
+    method, the ratio, and the share of the reducible memory MAGIS's point removes."""
+    return _cost_versus("pareto")
+
+
+@renderer("zoo_costs")
+def _zoo_costs() -> str:
+    return _cost_versus("zoo")
+
+
+@renderer("budget_used")
+def _budget_used() -> str:
+    """Per method, over the workloads and zoo models of both cost models: the share of its budget it
+    used (median, and the range) and its points (median)."""
+    used: dict[str, list[float]] = {}
+    points: dict[str, list[int]] = {}
+    for kind in ("pareto", "zoo"):
+        for c in COSTS:
+            for _, rows, _ in _units(kind, c):
+                for r in rows:
+                    if r.get("budget_used") is not None and r["method"] not in ("eager", "ideal"):
+                        used.setdefault(r["method"], []).append(r["budget_used"])
+                        points.setdefault(r["method"], []).append(r["points"])
+
+    def med(v: list[float]) -> float:
+        v = sorted(v)
+        return v[len(v) // 2] if len(v) % 2 else (v[len(v) // 2 - 1] + v[len(v) // 2]) / 2
+
+    out = [[m, f"{100 * med(u):.0f}%", f"{100 * min(u):.0f}-{100 * max(u):.0f}%", f"{med(points[m]):.0f}",
+            str(len(u))] for m, u in used.items()]
+    return table(["method", "budget used (median)", "range", "points (median)", "runs"], "lrrrr", out)
+
+
+def _granularity(points: list[dict]) -> str:
+    kinds = sorted({str(p.get("stats", {}).get("granularity", "op")) for p in points})
+    return ", ".join(kinds) if kinds else "-"
+
+
+def _solvers(points: list[dict]) -> str:
+    kinds: dict[str, int] = {}
+    for p in points:
+        st = p.get("stats", {})
+        k = st.get("solver", "milp") + ("" if st.get("optimal", True) else " (not proven optimal)")
+        kinds[k] = kinds.get(k, 0) + 1
+    return ", ".join(f"{k} {n}" for k, n in sorted(kinds.items())) or "-"
+
+
+@renderer("checkmate_points")
+def _checkmate_points() -> str:
+    """Checkmate per workload and zoo model (analytic cost model): its points, its lowest peak at <= 10%
+    overhead, the granularity and solver behind its points, and why it gave none where it did not."""
+    out = []
+    for kind in ("pareto", "zoo"):
+        for name, rows, rec in _units(kind, "analytic"):
+            by = {r["method"]: r for r in rows}
+            if "checkmate" not in by:
+                continue
+            pts = rec["points"].get("checkmate", [])
+            fails = [f for f in (rec.get("failures") or []) if f.get("method") == "checkmate"] if kind == "zoo" else [
+                f for f in load("pareto_costs_analytic")["failures"] if f["workload"] == name and f["method"] == "checkmate"]
+            why = "" if pts else (fails[0]["reason"][:80] if fails else "")
+            out.append([name, str(len(pts)), x(by["checkmate"]["peak_at_10pct"]), _granularity(pts) if pts else "-",
+                        _solvers(pts) if pts else why, f"{by['checkmate']['seconds']:.0f}"])
+    return table(["workload / model", "points", "peak at <= 10%", "granularity", "solver (points)", "seconds"],
+                 "lrrllr", out)
+
+
+@renderer("compiled_check")
+def _compiled_check() -> str:
+    """The compiled cost model's predicted speedup over eager against torch.compile's measured one."""
+    out = []
+    for r in load("compiled_check")["rows"]:
+        p, m = r["predicted"], r["measured"]
+        out.append([r["sample"], f"{p['ops']:,}", f"{p['speedup']:.2f}x", f"{m['speedup']:.2f}x",
+                    f"{m['eager_s'] * 1e3:.1f}", f"{m['compiled_s'] * 1e3:.1f}", f"{m['compile_s']:.0f}"])
+    return table(["sample", "ops", "predicted speedup (cpu profile)", "measured speedup", "eager ms", "compiled ms",
+                  "compile s"], "lrrrrrr", out)
+
+
 @renderer("zoo_budgets")
 def _zoo_budgets() -> str:
     """MAGIS against the best other method at <= 10% latency at the budgets a user waits (10 s and
