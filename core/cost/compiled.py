@@ -53,12 +53,20 @@ EXTERN_OPS = frozenset({"aten.sort.default", "aten.sort.stable", "aten.topk.defa
                         "aten._ctc_loss_backward.default"})
 
 
+SIGNATURES = 1_000_000  # op signatures kept (``CompiledCost._signature``) before the cache starts afresh
+_FUSIBLE: dict[str, bool] = {}  # op -> fusible
+_VIEWS: dict[str, bool] = {}  # op -> of the registry's view category
+
+
 def fusible(node: Node) -> bool:
     """Whether Inductor generates ``node``'s kernel (and may fuse it with its neighbours)."""
-    if node.kind != NodeKind.OP or node.op in EXTERN_OPS:
+    if node.kind != NodeKind.OP:
         return False
-    d = ops.get(node.op)
-    return d is not None and d.category in FUSIBLE
+    f = _FUSIBLE.get(node.op)
+    if f is None:
+        d = ops.get(node.op)
+        f = _FUSIBLE[node.op] = node.op not in EXTERN_OPS and d is not None and d.category in FUSIBLE
+    return f
 
 
 def phase(node: Node) -> str:
@@ -70,8 +78,13 @@ def phase(node: Node) -> str:
 
 def is_view(node: Node) -> bool:
     """A metadata-only op: every output aliases an input and owns no bytes."""
-    d = ops.get(node.op) if node.kind == NodeKind.OP else None
-    return d is not None and d.category == "view" and not any(t.nbytes for t in node.outputs)
+    if node.kind != NodeKind.OP:
+        return False
+    v = _VIEWS.get(node.op)
+    if v is None:
+        d = ops.get(node.op)
+        v = _VIEWS[node.op] = d is not None and d.category == "view"
+    return v and not any(t.nbytes for t in node.outputs)
 
 
 class CompiledCost(AnalyticCost):
@@ -83,6 +96,7 @@ class CompiledCost(AnalyticCost):
         super().__init__(device)
         self._fused: dict[tuple, float] = {}  # (signature, read mask, write mask, starts) -> seconds
         self._outs: dict[int, tuple[dict, set[TRef]]] = {}  # id(graph) -> (its outputs, their refs and roots)
+        self._sigs: dict[int, tuple] = {}  # node id -> (node, its args, its kwargs, op_signature)
 
     # ---- the neighbourhood --------------------------------------------------------------------
     def _source(self, g: Graph, ref: TRef) -> Node:
@@ -123,7 +137,7 @@ class CompiledCost(AnalyticCost):
         writes = tuple(TRef(node.id, j) in outs or self._read_outside(g, node, TRef(node.id, j))
                        for j in range(len(node.outputs)))
         starts = all(reads)
-        key = (op_signature(g, node), reads, writes, starts)
+        key = (self._signature(g, node), reads, writes, starts)
         t = self._fused.get(key)
         if t is None:
             t = self._fused[key] = self._fused_time(g, node, ins, reads, writes, starts)
@@ -141,6 +155,18 @@ class CompiledCost(AnalyticCost):
         if starts:
             t += dev.launch_overhead + dev.half_time
         return t
+
+    def _signature(self, g: Graph, node: Node) -> tuple:
+        """``op_signature`` of ``node``, kept while its arguments stay the same objects (they are
+        assigned, never mutated: ``Node``)."""
+        hit = self._sigs.get(node.id)
+        if hit is not None and hit[0] is node and hit[1] is node._args and hit[2] is node._kwargs:
+            return hit[3]
+        if len(self._sigs) > SIGNATURES:
+            self._sigs.clear()
+        sig = op_signature(g, node)
+        self._sigs[node.id] = (node, node._args, node._kwargs, sig)
+        return sig
 
     def _outputs(self, g: Graph) -> set[TRef]:
         """The graph's outputs and the storages they live in (cached while the outputs stay the same)."""
@@ -167,18 +193,22 @@ class CompiledCost(AnalyticCost):
         return self.neighbourhood(g, seeds)
 
     def neighbourhood(self, g: Graph, seeds: Iterable[int]) -> set[int]:
-        """``seeds`` present in ``g`` with their producers and readers, views walked through."""
+        """``seeds`` present in ``g`` with what their times depend on and what depends on theirs: their
+        producers and readers, and through a view the view's own producers (up) or readers (down)."""
         out: set[int] = set()
-        todo = [v for v in seeds if v in g.nodes]
-        seen = set(todo)
-        while todo:
-            v = todo.pop()
+        walked: tuple[set[int], set[int]] = (set(), set())  # expanded upwards, downwards
+        for v in seeds:
+            if v not in g.nodes:
+                continue
             out.add(v)
-            for w in (*g.preds(v), *g.users(v)):
-                if w in seen or w not in g.nodes:
-                    continue
-                seen.add(w)
-                out.add(w)
-                if is_view(g.nodes[w]) or is_view(g.nodes[v]):
-                    todo.append(w)
+            for step, seen in ((g.preds, walked[0]), (g.users, walked[1])):
+                todo = list(step(v))
+                while todo:
+                    w = todo.pop()
+                    if w in seen or w not in g.nodes:
+                        continue
+                    seen.add(w)
+                    out.add(w)
+                    if is_view(g.nodes[w]):
+                        todo.extend(step(w))
         return {v for v in out if g.nodes[v].kind != NodeKind.PLACEHOLDER}
