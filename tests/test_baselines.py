@@ -94,12 +94,16 @@ def test_offloading_an_mlp_moves_its_saved_activations():
                      "mm_1": (["mse_loss_backward"], [])}
     cost = AnalyticCost("rtx3090")
     run = METHODS["offload"].run(g, cost)
-    labels = [p.label for p in run.plans]
-    assert labels == ["all saved", ">= 1/2 of the largest"]  # mm_1 is 1/64 of relu
-    every, half = run.plans
+    # mm_1 is 1/64 of relu: offloading relu alone has the peak and latency of offloading both (less
+    # on the host), a point given once -- the first, coarsest one
+    assert [p.label for p in run.plans] == ["all saved"] and run.extra["duplicates"] == 1
+    assert run.extra["exhausted"] and run.extra["tried"] == 2
+    (every,) = run.plans
+    (half,) = METHODS["offload"].plans(g, cost, fractions=(2,))
+    assert half.label == ">= 1/2 of the largest" and (half.peak, half.latency) == (every.peak, every.latency)
     assert every.stats["offloaded"] == 2 and every.metrics["host_bytes"] == B * H * 4 + B * OUT * 4
     assert half.stats["offloaded"] == 1 and half.metrics["host_bytes"] == B * H * 4
-    for p in run.plans:
+    for p in (every, half):
         _check(g, p, cost)
 
 
@@ -154,7 +158,14 @@ def test_offloading_with_checkpointing_moves_what_checkpointing_keeps():
         # no recomputed copy is offloaded: what is offloaded is what the forward kept
         stored = [h.nodes[n.inputs()[0].node] for n in h.nodes.values() if n.kind == NodeKind.STORE]
         assert stored and all(x.recompute_of is None for x in stored)
-    assert {p.stats["checkpointing"] for p in run.plans} == {"cheap ops", "cheap ops 25%", "sqrt n"}
+    # the three modes' points, then the refinement's finer cheap-ops fractions
+    from core.search.peers.offload_ckpt import MORE_MODES
+    from core.search.peers.sqrt_n import checkpoint_modes
+
+    more = {label for label, _ in checkpoint_modes(g, cost, MORE_MODES)}
+    modes = {p.stats["checkpointing"] for p in run.plans}
+    assert {"cheap ops", "cheap ops 25%", "sqrt n"} <= modes <= {"cheap ops", "cheap ops 25%", "sqrt n"} | more
+    assert modes & more and run.extra["exhausted"]
 
 
 def test_batch_norm_is_a_reason_not_an_exception():

@@ -60,7 +60,7 @@ def dtr_seeds(m, time_budget: float, budgets: tuple[float, ...] = SEED_BUDGETS,
     them); a call with the ``out`` of an earlier one goes on from its runs (none is run twice).  The first slack's bisection may run for ``first`` seconds where that is more than
     ``time_budget`` (on a long graph a DTR run takes a second or more, and its plan within the first
     slack is the point a short search must have)."""
-    from .peers.dtr import DTRFailure, DTRSim, DTRTimeout, budget_plan
+    from .peers.dtr import DTRFailure, DTRSim, DTRTimeout, budget_plan, refine_budgets
 
     t0 = time.perf_counter()
     out = out if out is not None else Seeds()
@@ -106,16 +106,15 @@ def dtr_seeds(m, time_budget: float, budgets: tuple[float, ...] = SEED_BUDGETS,
                 hi = mid - 1
             else:
                 lo = mid + 1
-    for x in slack:  # then, time left, between each slack's lowest budget and the one below it
-        for _ in range(refine):  # (where that one ran and was too slow: near a failing one DTR thrashes)
-            lowest = min((b for b, p in plans.items() if p is not None and p.latency <= x * base), default=None)
-            below = max((b for b in plans if lowest is not None and b < lowest), default=None)
-            if below is None or plans[below] is None or time.perf_counter() - t0 > time_budget:
-                break
-            mid = round((below + lowest) / 2, 4)
-            if mid in plans:
-                break
-            run(mid)
+    # then, time left, between each slack's lowest budget and the one below it (where that one ran
+    # and was too slow: near a failing one DTR thrashes): the bisection the DTR peer refines with too
+    done = {b: (p.peak, p.latency) if p is not None else out.runs[f"dtr {b:g}"] for b, p in plans.items()}
+
+    def result(b: float):
+        p = run(b)
+        return (p.peak, p.latency) if p is not None else out.runs[f"dtr {b:g}"] if b in plans else None
+
+    refine_budgets(result, done, slack=slack, base=base, halvings=refine, deadline=t0 + time_budget)
     out.seconds += time.perf_counter() - t0
     return out
 
@@ -130,7 +129,7 @@ def offload_seeds(m, time_budget: float, modes: tuple[str, ...] = SEED_CHECKPOIN
     out = out if out is not None else Seeds()
     if {"remat", "swap_late"} - set(m.ev.rules) or time_budget <= 0:
         return out
-    run = OffloadCkpt().run(m.imported, m.cost, time_budget=time_budget, checkpointing=modes)
+    run = OffloadCkpt().run(m.imported, m.cost, time_budget=time_budget, checkpointing=modes, refine=False)
     for p in run.plans:
         out.runs[f"offload_ckpt {p.label}"] = (p.peak, p.latency)
     out.plans.extend(run.plans)

@@ -27,7 +27,9 @@ numbers are never evicted.
 Budgets are fractions of DTR's own unbudgeted peak (one run with no budget first), as the paper's
 evaluation sets them (ratios of the peak without rematerialisation).  Every computation is an
 instance; which instance each reader read becomes remat applications (``common.realise``), and
-DTR's execution order is the plan's schedule.  A budget fails when an allocation finds nothing
+DTR's execution order is the plan's schedule.  After the grid of budgets, while the time budget
+lasts, the peer bisects between neighbouring budgets whose plans leave a gap in the frontier
+(``refine_budgets``: the bisection the warm start's DTR seeds use too).  A budget fails when an allocation finds nothing
 evictable (infeasible) or recomputation exceeds ``thrash`` times the op count (thrashing); a
 run stops at its deadline (DTRTimeout: the budget's fate unknown).
 """
@@ -49,6 +51,114 @@ from .base import Peer, eager_peak
 from .common import Failure, Inst, RematDecision, make_plan, realise, traced_order
 
 BUDGETS = tuple(round(1 - 0.05 * i, 2) for i in range(1, 15))  # 0.95, 0.9, ..., 0.3
+REFINE_HALVINGS = 4  # the peer's refinement: a grid step halved at most 4 times (0.05 -> 0.003125)
+REFINE_TOL = 0.01  # ... between neighbouring budgets whose peaks and latencies both differ by more than 1%
+
+Result = tuple[int, float] | str | None  # a run at a budget: (peak, latency), why it failed, or None (not known)
+
+
+class Refined(list):
+    """The runs :func:`refine_budgets` made, in order, as (budget, result); ``exhausted``: it stopped
+    because nothing was left to split (not at its deadline or its count of runs)."""
+
+    exhausted: bool = False
+
+
+def refine_budgets(run, done: dict, *, slack: float | tuple[float, ...] | None = None, base: float | None = None,
+                   halvings: int = 2, deadline: float | None = None, clock=time.perf_counter,
+                   max_runs: int | None = None, tol: float = REFINE_TOL, digits: int = 4) -> Refined:
+    """Bisection of DTR's budgets between neighbouring ones already run: the one refinement of the
+    warm start's seeds (``search.seeds.dtr_seeds``) and of the DTR peer.
+
+    ``run(b)``: DTR at budget fraction ``b`` -> (peak, latency), a failure's reason (a str: the budget
+    cannot be met), or None (not known: the run passed its deadline).  ``done``: budget -> such a
+    result for every budget run so far (the grid); each new known result is added to it.  Before
+    each run the clock is read and the refinement stops once ``clock()`` passes ``deadline``, or
+    after ``max_runs`` runs.  A midpoint is rounded to ``digits`` decimals; one already run ends the
+    split.
+
+    With ``slack`` (one latency slack or several, relative to the latency ``base``; the seeds'
+    rule): for each slack in turn, up to ``halvings`` times, the step between the lowest budget whose
+    plan is within the slack and the next lower budget run is halved -- only where that lower one
+    gave a plan (too slow): just above a budget DTR cannot meet it may thrash for tens of seconds.
+
+    Without ``slack`` (the peer's rule: fill the frontier's gaps): again and again, of the pairs of
+    neighbouring budgets run, the one whose plans differ most -- the smaller of the relative
+    differences of their peaks and of their latencies, a pair within ``tol`` in either being no gap
+    (the plans between them lie on a flat piece of the frontier) -- is split at its midpoint; then,
+    no such gap left, the widest pair of a budget DTR cannot meet and the plan above it (the
+    lowest peak DTR reaches); never a pair narrower than twice the grid's finest step halved
+    ``halvings`` times.  Nothing left to split: ``exhausted``.  Returns the runs made, in order."""
+    out = Refined()
+    if isinstance(slack, (int, float)):
+        slack = (slack,)
+
+    def ok(r: Result) -> bool:
+        return isinstance(r, tuple)
+
+    def late() -> bool:
+        return (deadline is not None and clock() > deadline) or (max_runs is not None and len(out) >= max_runs)
+
+    def go(b: float) -> Result:
+        r = run(b)
+        out.append((b, r))
+        if r is not None:
+            done[b] = r
+        return r
+
+    if slack is not None:
+        if base is None:
+            raise ValueError("a latency slack needs the latency it is relative to (base)")
+        for x in slack:
+            for _ in range(halvings):
+                lowest = min((b for b, r in done.items() if ok(r) and r[1] <= x * base), default=None)
+                below = max((b for b in done if lowest is not None and b < lowest), default=None)
+                if below is None or not ok(done[below]) or late():
+                    break
+                mid = round((below + lowest) / 2, digits)
+                if mid in done:
+                    break
+                go(mid)
+        out.exhausted = not late()
+        return out
+    bs = sorted(done)
+    if len(bs) < 2:
+        out.exhausted = True
+        return out
+    finest = min(b - a for a, b in zip(bs, bs[1:], strict=False))
+    narrowest = 2 * finest / 2 ** halvings * (1 - 1e-9)  # a pair at least this wide is split
+    blocked: set[tuple[float, float]] = set()  # pairs whose midpoint rounds onto an end or gave nothing
+    while True:
+        bs = sorted(done)
+        best = None
+        for lo, hi in zip(bs, bs[1:], strict=False):
+            if hi - lo < narrowest or (lo, hi) in blocked:
+                continue
+            a, b = done[lo], done[hi]
+            if ok(a) and ok(b):
+                gap = min(abs(a[0] - b[0]) / max(a[0], b[0], 1), abs(a[1] - b[1]) / max(a[1], b[1], 1e-300))
+                if gap <= tol:
+                    continue
+                key = (0, -gap, -hi)
+            elif ok(b):  # a budget DTR cannot meet below a plan: where its lowest peak is
+                key = (1, -(hi - lo), -hi)
+            else:
+                continue
+            if best is None or key < best[0]:
+                best = (key, lo, hi)
+        if best is None:
+            out.exhausted = True
+            return out
+        if late():
+            return out
+        _, lo, hi = best
+        mid = round((lo + hi) / 2, digits)
+        if mid in done or not lo < mid < hi:
+            blocked.add((lo, hi))
+            continue
+        if go(mid) is None:  # not known (its deadline): not split again
+            blocked.add((lo, hi))
+
 
 
 class DTRFailure(Exception):
@@ -369,10 +479,16 @@ class DTR(Peer):
     family = "peer"
     paper = "Kirisame et al. 2021, Dynamic Tensor Rematerialization (ICLR 2021)"
 
-    def _run(self, g, cost, *, time_budget, progress, budgets=BUDGETS, thrash=10.0, **_):
+    def _run(self, g, cost, *, time_budget, progress, budgets=BUDGETS, thrash=10.0, refine=True,
+             halvings=REFINE_HALVINGS, tol=REFINE_TOL, **_):
         """Budgets are fractions of DTR's own unbudgeted peak (a first run with no budget), as in
         the paper's evaluation; ``budget_fraction`` is that fraction, ``eager_fraction`` the
-        budget over eager's peak."""
+        budget over eager's peak.  After the grid ``budgets``, with ``refine``, while ``time_budget``
+        lasts: the budgets between neighbouring ones whose plans leave a gap in the frontier, by
+        :func:`refine_budgets` (the warm start's bisection; ``halvings``, ``tol``), until no gap is
+        left.  A plan of the same peak and latency as an earlier one is given once.  ``extra``:
+        the grid's size, the budgets run after it, whether the refinement ran out of gaps
+        (``exhausted``) and the duplicates dropped."""
         t0 = time.perf_counter()
         base = eager_peak(g, cost)
         prepared = DTRSim(g, cost, None, thrash)
@@ -380,24 +496,49 @@ class DTR(Peer):
         top = free["dtr_peak"]
         progress(f"dtr unbudgeted: peak {format_bytes(top)} ({top / base:.3f}x eager)")
         plans, failures = [], []
-        for b in budgets:
+        done: dict[float, Result] = {}  # budget -> (peak, latency) or why it failed: what the refinement splits
+        points: set[tuple[int, float]] = set()
+        dups = 0
+
+        def one(b: float) -> Result:
+            nonlocal dups
             label = f"budget {b:g}"
-            if time.perf_counter() - t0 > time_budget:
-                failures.append(Failure(label, f"time budget {time_budget:g} s spent"))
-                continue
             try:
                 p = budget_plan(g, cost, b, free, thrash, deadline=t0 + time_budget, prepared=prepared,
                                 eager_fraction=round(int(b * top) / base, 6))
             except DTRTimeout:
                 failures.append(Failure(label, f"time budget {time_budget:g} s spent during the run"))
-                continue
+                return None
             except DTRFailure as e:
                 failures.append(Failure(label, str(e)))
                 progress(f"dtr {label}: {e}")
-                continue
-            plans.append(p)
+                return str(e)
+            if (p.peak, p.latency) in points:
+                dups += 1
+            else:
+                points.add((p.peak, p.latency))
+                plans.append(p)
             progress(f"dtr {label}: {p.stats['evictions']} evictions, {p.stats['dtr_recomputes']} recomputations")
-        return plans, failures
+            return p.peak, p.latency
+
+        tried = 0
+        for b in budgets:
+            if time.perf_counter() - t0 > time_budget:
+                failures.append(Failure(f"budget {b:g}", f"time budget {time_budget:g} s spent"))
+                continue
+            tried += 1
+            r = one(b)
+            if r is not None:
+                done[b] = r
+        new = Refined()
+        if refine:
+            new = refine_budgets(one, done, halvings=halvings, tol=tol, deadline=t0 + time_budget)
+            progress(f"dtr refinement: {len(new)} budgets between the grid's"
+                     + (", no gap left" if new.exhausted else ", time budget spent"))
+        extra = {"grid": len(budgets), "tried": tried, "refined": len(new), "duplicates": dups,
+                 "exhausted": tried == len(budgets) and (not refine or new.exhausted)}
+        return plans, failures, extra
 
 
-__all__ = ["BUDGETS", "DTR", "DTRFailure", "DTRSim", "DTRTimeout", "below_floor", "budget_plan"]
+__all__ = ["BUDGETS", "DTR", "REFINE_HALVINGS", "REFINE_TOL", "DTRFailure", "DTRSim", "DTRTimeout", "Refined",
+           "below_floor", "budget_plan", "refine_budgets"]

@@ -39,7 +39,8 @@ from ...transform.microbatch import MicroBatchFission
 from ...transform.rule import Application
 from ..plan import Plan
 from .base import Method
-from .common import Failure, dominated_by_eager, traced_order
+from .common import Failure, coarse_to_fine, dominated_by_eager, traced_order
+from .sqrt_n import Sweep
 
 RANDOM_PER_PART = ops.RANDOM_PER_PART  # a plan's stats["random"]: not eager's draws
 
@@ -172,33 +173,38 @@ class Microbatch(Method):
     paper = "gradient accumulation over k micro-batches (MAGIS F-Trans of the whole step along the batch)"
 
     def _run(self, g, cost, *, time_budget, progress, parts=None, **_):
+        """One point per k of ``parts`` (default: every k > 1 that divides the batch), run coarse to
+        fine (both ends, then the middle of the widest gap: ``coarse_to_fine``) while ``time_budget``
+        lasts, given in increasing k; a plan of the same peak and latency as an earlier one once.
+        ``extra``: ``Sweep.stats`` (``grid``: the counts listed)."""
         t0 = time.perf_counter()
         split, why = batch_split(g, microbatching=True)
         if split is None:
             return [], [Failure("all", why)]
-        plans: list[Plan] = []
-        failures: list[Failure] = []
-        for k in list(parts) if parts else split.divisors():
+        sweep = Sweep(time_budget, t0)
+        ks = list(parts) if parts else coarse_to_fine(split.divisors())
+        for k in ks:
             label = f"k={k}"
             if k < 2 or split.length % k:
-                failures.append(Failure(label, f"{k} parts do not divide the batch of {split.length}"))
+                sweep.failures.append(Failure(label, f"{k} parts do not divide the batch of {split.length}"))
                 continue
-            if time.perf_counter() - t0 > time_budget:
-                failures.append(Failure(label, f"time budget {time_budget:g} s spent"))
+            if not sweep.reach(label):
                 continue
             h = g.copy()
             try:
                 apply_split(h, split, k)  # what the rule's ``apply`` does, without planning it again
             except SplitError as e:
-                failures.append(Failure(label, str(e)))
+                sweep.failures.append(Failure(label, str(e)))
                 continue
             order = traced_order(h)
             sim = simulate(h, order, cost)
-            plans.append(Plan(self.name, [split_application(split, k)], order, sim.metrics(), label,
-                              split_stats(g, split, k)))
-            progress(f"microbatch {label}: peak {sim.peak} latency {sim.latency:.6f}")
+            if sweep.add(Plan(self.name, [split_application(split, k)], order, sim.metrics(), label,
+                              split_stats(g, split, k))):
+                progress(f"microbatch {label}: peak {sim.peak} latency {sim.latency:.6f}")
+        extra = sweep.finish()
+        plans = sweep.plans if parts else sorted(sweep.plans, key=lambda p: p.stats["parts"])
         plans, worse = drop_dominated(g, cost, plans)
-        return plans, failures + worse
+        return plans, sweep.failures + worse, extra
 
 
 __all__ = ["RANDOM_PER_PART", "Microbatch", "batch_dependent", "batch_split", "drop_dominated",

@@ -14,7 +14,9 @@ recompute longer chains); Chen's memory-budget planning (section 4.1: a segment 
 made since the last checkpoint exceed B; B swept over a grid); and "recompute only cheap ops" (no
 segments: the outputs of ops the cost model calls memory-bound -- batch norm, ReLU, add, dropout --
 are dropped and recomputed, those of convolutions and matmuls kept; what torch's selective
-checkpointing policies and Chen's section 4.3 "drop the cheap layers" do).
+checkpointing policies and Chen's section 4.3 "drop the cheap layers" do).  While the time budget
+lasts, finer grids of the three follow, level by level, until a level gives no new plan (``Sweep``:
+the grid peers' shared bookkeeping of time, duplicates and counts).
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from .base import Peer
 from .common import (
     Failure,
     candidates,
+    coarse_to_fine,
     forward_ops,
     make_plan,
     own_bytes,
@@ -212,6 +215,90 @@ def cheapest_first(g: Graph, cost: CostModel, cheap: set[int], fraction: float) 
     return out
 
 
+
+STALE = 8  # a refinement's grid stops after 8 points in a row that gave no new plan
+LEVELS = 4  # the refinement's finest level: segment counts 2^5+1, the budget grid's steps / 16, fractions j/128
+
+
+class Sweep:
+    """A grid peer's points within its ``time_budget``: the clock read before each point (a point's
+    own computation may overrun), a point of the same (peak, latency) as an earlier one given once,
+    and what was run counted for ``MethodRun.extra`` (``stats``): ``grid`` -- the points listed,
+    ``tried`` -- those reached (computed, or found to repeat an earlier choice), ``duplicates``,
+    ``untried`` -- those left when the time ran out, ``stale`` -- those a refinement left out after
+    ``STALE`` points in a row gave no new plan, ``exhausted`` -- every point listed was reached."""
+
+    def __init__(self, time_budget: float, t0: float | None = None, clock=time.perf_counter) -> None:
+        self.clock, self.time_budget = clock, time_budget
+        self.t0 = clock() if t0 is None else t0
+        self.plans: list = []
+        self.failures: list[Failure] = []
+        self.points: set[tuple[int, float]] = set()
+        self.grid = self.tried = self.duplicates = self.untried = self.stale = self.dominated = 0
+
+    def spent(self) -> bool:
+        return self.clock() - self.t0 > self.time_budget
+
+    def reach(self, label: str | None = None) -> bool:
+        """One more point of the grid: False (and counted as not tried; a failure where ``label``
+        names it) once the time budget is spent."""
+        self.grid += 1
+        if self.spent():
+            self.untried += 1
+            if label is not None:
+                self.failures.append(Failure(label, f"time budget {self.time_budget:g} s spent"))
+            return False
+        self.tried += 1
+        return True
+
+    def add(self, plan, eager: tuple[int, float] | None = None) -> bool:
+        """Keep ``plan`` unless an earlier one has its peak and latency, or -- ``eager``: (its peak,
+        its latency), for a refinement's points -- it holds at least eager's peak and takes at least
+        its time (counted as ``dominated``)."""
+        key = (plan.peak, plan.latency)
+        if eager is not None and plan.peak >= eager[0] and plan.latency >= eager[1]:
+            self.dominated += 1
+            return False
+        if key in self.points:
+            self.duplicates += 1
+            return False
+        self.points.add(key)
+        self.plans.append(plan)
+        return True
+
+    def finish(self, refined: bool = True) -> dict:
+        """``extra``'s counts; points of a refinement not tried are one failure that says so."""
+        if self.untried and refined and not any("time budget" in f.reason for f in self.failures):
+            self.failures.append(Failure("refinement", f"{self.untried} finer grid points not tried: time budget "
+                                                       f"{self.time_budget:g} s spent"))
+        return self.stats()
+
+    def stats(self) -> dict:
+        return {"grid": self.grid, "tried": self.tried, "duplicates": self.duplicates, "untried": self.untried,
+                "stale": self.stale, "dominated": self.dominated, "exhausted": self.untried == 0}
+
+
+def interleave(*lists):
+    """The items of ``lists`` taken in turn (the first of each, then the second ...)."""
+    out = []
+    for i in range(max((len(x) for x in lists), default=0)):
+        out.extend(x[i] for x in lists if i < len(x))
+    return out
+
+
+def finer_fractions(level: int) -> list[float]:
+    """The fractions j / 2^(level+3) in (0, 1), coarse to fine: the cheap-ops fractions of a refinement."""
+    n = 2 ** (level + 3)
+    return coarse_to_fine([j / n for j in range(1, n)])
+
+
+def segment_counts(n: int, level: int) -> list[int]:
+    """2^(level+1)+1 segment counts geometric from 2 to ``n`` (rounded, distinct), coarse to fine."""
+    if n < 2:
+        return []
+    m = 2 ** (level + 1)
+    return coarse_to_fine(sorted({max(2, min(n, round(2 * (n / 2) ** (j / m)))) for j in range(m + 1)}))
+
 def _mb(b: float) -> str:
     if b >= 1e9:
         return f"{b / 1e9:.3g} GB"
@@ -227,37 +314,55 @@ class SqrtN(Peer):
     paper = "Chen et al. 2016, Training Deep Nets with Sublinear Memory Cost (arXiv:1604.06174)"
 
     def _run(self, g, cost, *, time_budget, progress, segments=None, window=0.5, budgets=None, budget_points=10,
-             cheap=True, cheap_fractions=(0.125, 0.25, 0.5, 1.0), variants=("segments", "budget", "cheap"), **_):
+             cheap=True, cheap_fractions=None, variants=("segments", "budget", "cheap"), refine=True, levels=LEVELS, **_):
         """Points of three variants: ``segments`` -- k evenly placed segments (k = sqrt(n) and half and
         twice that, or ``segments``); ``budget`` -- Chen's memory-budget greedy at each byte budget of
         ``budgets`` (default: ``budget_points`` of a geometric grid); ``cheap`` -- no segments: only
         the memory-bound ops are dropped and recomputed, the compute-bound ones kept (all of them, and
-        for each of ``cheap_fractions`` below 1 the most bytes per second of them within that fraction
-        of their recomputation time: :func:`cheapest_first`).  Points that recompute the same ops are
-        given once."""
+        for each of ``cheap_fractions`` below 1 -- default 1/8, 1/4, 1/2 -- the most bytes per second of
+        them within that fraction of their recomputation time: :func:`cheapest_first`).  Points that
+        recompute the same ops, or have the same peak and latency, are given once.
+
+        Then, with ``refine``, while ``time_budget`` lasts, finer grids level by level (at most
+        ``levels``), the variants' points interleaved, each grid coarse to fine: segment counts
+        geometric from 2 to n (:func:`segment_counts`), the budget grid with its steps halved, and the
+        cheap-ops fractions j / 2^(level+3) -- of the variants whose grid was not given -- until a
+        whole level gives no new plan (the grid is exhausted).  ``extra``: ``Sweep.stats``."""
         t0 = time.perf_counter()
+        sweep = Sweep(time_budget, t0)
         fwdset = forward_ops(g)
         n = sum(1 for v in fwdset if own_bytes(g, v) > 0)
         root = max(1, round(math.sqrt(n)))
         cand = candidates(g)
         backward = {v.id for v in g.ops()} - fwdset
-        plans, failures = [], []
         seen: set[frozenset[int]] = set()
+        labels: set[str] = set()
+        tried: set[tuple[str, object]] = set()
         todo: list[tuple[str, str, object]] = []
+        sizes = [own_bytes(g, v) for v in forward_in_order(g)]
+
+        def seg(k: int) -> tuple[str, str, int]:
+            return ("segments", f"k={k}" + (" (sqrt n)" if k == root else ""), k)
+
+        def bud(b: float) -> tuple[str, str, float]:
+            label = f"B={_mb(b)}"
+            return ("budget", label if label not in labels else f"B={b:.0f} B", b)
+
+        def chp(f: float) -> tuple[str, str, float]:
+            return ("cheap", "cheap ops" if f >= 1 else f"cheap ops {100 * f:g}%", f)
+
         if "segments" in variants:
             ks = list(segments) if segments else sorted({max(2, round(root * f)) for f in (0.5, 1.0, 2.0)})
-            todo += [("segments", f"k={k}" + (" (sqrt n)" if k == root else ""), k) for k in ks]
+            todo += [seg(k) for k in ks]
         if "budget" in variants:
-            sizes = [own_bytes(g, v) for v in forward_in_order(g)]
             bs = list(budgets) if budgets else budget_grid(sum(sizes), max(sizes, default=0), budget_points)
-            todo += [("budget", f"B={_mb(b)}", b) for b in bs]
+            todo += [bud(b) for b in bs]
         if "cheap" in variants and cheap:
-            todo += [("cheap", "cheap ops" if f >= 1 else f"cheap ops {100 * f:g}%", f)
-                     for f in sorted(cheap_fractions, reverse=True)]
-        for kind, label, arg in todo:
-            if time.perf_counter() - t0 > time_budget:
-                failures.append(Failure(label, f"time budget {time_budget:g} s spent"))
-                continue
+            todo += [chp(f) for f in sorted(cheap_fractions or (0.125, 0.25, 0.5, 1.0), reverse=True)]
+
+        def point(kind: str, label: str, arg) -> bool:
+            """The plan of one grid point; True where it is a new one."""
+            tried.add((kind, round(arg, 9) if kind == "budget" else arg))
             if kind == "segments":
                 keep, cuts, _ = checkpoints(g, arg, window)
                 recompute = cand - keep
@@ -270,7 +375,7 @@ class SqrtN(Peer):
                 keep = fwdset - recompute
             key = frozenset(recompute)
             if key in seen or not recompute:
-                continue
+                return False
             seen.add(key)
             d = two_instance_decision(g, recompute, backward)
             r = realise(g, d)
@@ -281,10 +386,36 @@ class SqrtN(Peer):
                 stats["segment_budget"] = int(arg)
             if kind == "cheap":
                 stats["cheap_fraction"] = arg
-            plans.append(make_plan(self.name, label, r, cost, **stats))
+            if not sweep.add(make_plan(self.name, label, r, cost, **stats)):
+                return False
+            labels.add(label)
             progress(f"sqrt_n {label}: {len(cuts) + 1} segments, {r.stats['recomputed']} recomputed ops")
-        return plans, failures
+            return True
+
+        for kind, label, arg in todo:
+            if sweep.reach(label):
+                point(kind, label, arg)
+        for level in range(1, levels + 1 if refine else 1):
+            more = []
+            if "segments" in variants and not segments:
+                more.append([seg(k) for k in segment_counts(n, level) if ("segments", k) not in tried])
+            if "budget" in variants and not budgets:
+                grid = budget_grid(sum(sizes), max(sizes, default=0), (budget_points - 1) * 2 ** level + 1)
+                more.append([bud(b) for b in coarse_to_fine(grid) if ("budget", round(b, 9)) not in tried])
+            if "cheap" in variants and cheap and not cheap_fractions:
+                more.append([chp(f) for f in finer_fractions(level) if ("cheap", f) not in tried])
+            items = interleave(*more)
+            if not items:
+                break
+            new = 0
+            for kind, label, arg in items:
+                if sweep.reach():
+                    new += point(kind, label, arg)
+            if sweep.spent() or not new:
+                break
+        extra = sweep.finish()
+        return sweep.plans, sweep.failures, extra
 
 
-__all__ = ["SqrtN", "boundaries", "checkpoint_modes", "cheapest_first", "sqrt_segments", "budget_checkpoints", "budget_cuts", "budget_grid", "cheap_ops", "checkpoints",
+__all__ = ["SqrtN", "Sweep", "finer_fractions", "interleave", "segment_counts", "boundaries", "checkpoint_modes", "cheapest_first", "sqrt_segments", "budget_checkpoints", "budget_cuts", "budget_grid", "cheap_ops", "checkpoints",
            "cut_bytes", "forward_in_order"]
