@@ -13,7 +13,7 @@ from core.cost.model import AnalyticCost, CostModel
 from core.ir.builder import GraphBuilder
 from core.ir.graph import Graph, Node, TensorKind, TRef
 from core.search.methods import METHODS, PEER_FAMILIES, methods_of
-from core.search.peers.common import RematDecision, forward_ops, make_plan, realise, two_instance_decision
+from core.search.peers.common import RematDecision, coarse_to_fine, forward_ops, make_plan, realise, two_instance_decision
 from core.search.peers.dtr import BUDGETS, DTRSim
 from core.search.peers.sqrt_n import checkpoints
 from core.search.plan import Plan, check_order, replay
@@ -115,7 +115,7 @@ def test_sqrt_n_on_a_chain_keeps_sqrt_n_checkpoints_and_its_peak_is_a_hand_count
 
 def test_sqrt_n_gives_one_point_per_segment_count():
     g, cost = chain(16)
-    plans = METHODS["sqrt_n"].plans(g, cost, variants=("segments",))
+    plans = METHODS["sqrt_n"].plans(g, cost, variants=("segments",), refine=False)  # the grid alone
     assert [p.stats["segments"] for p in plans] == [2, 4, 8] and "sqrt n" in plans[1].label
     for p in plans:
         check_plan(g, p, cost)
@@ -141,8 +141,10 @@ def test_sqrt_n_memory_budget_variant_on_a_chain_by_hand():
     # peak at g9: x, a3, a6 (kept), a7', a8' (recomputed for g9 and g8), the loss, g_loss, g9
     assert p.peak == 100 + 200 + 200 + 1 + 200
     # the default grid gives several distinct points, each replaying
+    # (a point of the peak and latency of an earlier one is given once: on this chain many are equal)
     plans = METHODS["sqrt_n"].plans(g, cost, variants=("budget",))
-    assert len(plans) >= 3 and len({frozenset(p.stats["cut_positions"]) for p in plans}) == len(plans)
+    assert len(plans) >= 2 and len({frozenset(p.stats["cut_positions"]) for p in plans}) == len(plans)
+    assert len({(p.peak, p.latency) for p in plans}) == len(plans)
     for q in plans:
         check_plan(g, q, cost)
 
@@ -200,7 +202,7 @@ def test_sqrt_n_gives_many_points_on_a_real_graph():
 def test_dtr_stays_within_its_budget_and_pays_exactly_its_recomputations():
     g, cost = chain(8)
     eager = METHODS["eager"].plans(g, cost)[0]
-    run = METHODS["dtr"].run(g, cost, budgets=(0.9, 0.7, 0.5, 0.35))
+    run = METHODS["dtr"].run(g, cost, budgets=(0.9, 0.7, 0.5, 0.35), refine=False)  # the grid alone
     assert [p.label for p in run.plans] == ["budget 0.9", "budget 0.7", "budget 0.5"]
     assert [f.label for f in run.failures] == ["budget 0.35"] and "infeasible" in run.failures[0].reason
     assert "under a budget of" in run.failures[0].reason and "cannot be evicted" in run.failures[0].reason
@@ -333,17 +335,25 @@ def test_dtr_frees_per_tensor_and_matches_the_brute_force_on_a_batch_norm_shape(
     _, free = DTRSim(g, cost, None).run()
     assert free["dtr_peak"] == 512 == METHODS["eager"].plans(g, cost)[0].peak
     assert free["evictions"] == free["dtr_recomputes"] == 0
-    run = METHODS["dtr"].run(g, cost)
-    assert [p.label for p in run.plans] == ["budget 0.95", "budget 0.9", "budget 0.85"]
-    assert len(run.failures) == len(BUDGETS) - 3
+    run = METHODS["dtr"].run(g, cost)  # the grid, then its refinement (checked alike below)
+    # 0.95, 0.9 and 0.85 succeed, the last two with 0.95's peak and latency: its plan, given once
+    assert [p.label for p in run.plans if p.stats["budget_fraction"] in BUDGETS] == ["budget 0.95"]
+    assert run.extra["duplicates"] >= 2
+    assert len([f for f in run.failures if float(f.label.split()[1]) in BUDGETS]) == len(BUDGETS) - 3
+    assert run.extra["refined"] > 0 and run.extra["exhausted"]
     for p in run.plans:
         check_plan(g, p, cost)
         assert p.stats["budget"] == int(p.stats["budget_fraction"] * 512) and p.stats["dtr_unbudgeted_peak"] == 512
         assert p.peak <= p.stats["dtr_peak"] <= p.stats["budget"]
-        assert p.latency == brute_force(g, cost, p.stats["budget"])
+        best = brute_force(g, cost, p.stats["budget"])
+        if p.stats["budget_fraction"] in BUDGETS:  # the grid's: the optimum
+            assert p.latency == best
+        else:  # a refinement's: a heuristic's, never below the optimum (at 411 B DTR pays 19 s, not 17)
+            assert p.latency >= best
     for f in run.failures:
         assert "infeasible" in f.reason
-        assert brute_force(g, cost, int(float(f.label.split()[1]) * 512)) is None, f.label
+        if float(f.label.split()[1]) in BUDGETS:
+            assert brute_force(g, cost, int(float(f.label.split()[1]) * 512)) is None, f.label
 
 
 def test_dtr_recomputes_a_whole_op_for_one_evicted_output():
@@ -419,16 +429,16 @@ def test_checkmate_reports_infeasible_and_not_solved_in_time_without_raising():
 
     big = load_sample_graph("bert_tiny")
     run = METHODS["checkmate"].run(big, AnalyticCost("rtx3090"), budgets=(0.8,), time_limit=1.0,
-                                   milp_max_vars=10**9)
+                                   milp_max_vars=10**9, granularity="op")
     assert run.plans == [] and run.failures[0].reason.startswith("not run: MILP not solved in time")
     assert "LP relaxation" in run.failures[0].reason  # the LP was tried after the MILP, within the 1 s
-    # above milp_max_vars (121517 variables here) "auto" goes straight to the LP and says so
+    # per op, above milp_max_vars (121517 variables here) "auto" goes straight to the LP and says so
     run = METHODS["checkmate"].run(big, AnalyticCost("rtx3090"), budgets=(0.8,), time_limit=1.0,
-                                   milp_max_vars=100_000)
+                                   milp_max_vars=100_000, granularity="op")
     why = run.failures[0].reason
     assert run.plans == [] and why.startswith("not run: LP relaxation") and "the MILP not tried" in why
     # a formulation that does not finish within the time budget is a reason, not a point
-    run = METHODS["checkmate"].run(big, AnalyticCost("rtx3090"), time_budget=0.0)
+    run = METHODS["checkmate"].run(big, AnalyticCost("rtx3090"), time_budget=0.0, granularity="op")
     assert run.plans == [] and run.failures[0].reason.startswith("not run: formulating the MILP")
 
 
@@ -549,6 +559,9 @@ OPTIONS = {
 }
 
 
+VERIFIED = 8  # plans per method run against eager PyTorch in the test below
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("name", ["bert_tiny", "resnet50_tiny"])
 def test_every_peer_plan_verifies_on_the_tiny_workloads(name):
@@ -565,13 +578,17 @@ def test_every_peer_plan_verifies_on_the_tiny_workloads(name):
         opts = dict(OPTIONS[name].get(method, {}))
         if method == "torch_mincut":
             opts["model"] = build_workload(name, 0)
-        run = peer.run(case.g, cost, time_budget=300, **opts)
+        run = peer.run(case.g, cost, time_budget=30, **opts)
         seconds[method] = run.seconds
         failures += [(method, f.label, f.reason) for f in run.failures]
-        for p in run.plans:
+        # every plan replays and simulates as the method said; VERIFIED of them, spread over its
+        # points, also run against eager PyTorch (a refined grid gives a hundred plans or more)
+        run_them = set(coarse_to_fine(range(len(run.plans)))[:VERIFIED])
+        for k, p in enumerate(run.plans):
             h = check_plan(case.g, p, cost)
-            res = verify_graph(h, p.order, case.tensors, case.ref, schedule=f"{method}_{p.label}", details=True)
-            assert problems(res) == [], (method, p.label, problems(res))
+            if k in run_them:
+                res = verify_graph(h, p.order, case.tensors, case.ref, schedule=f"{method}_{p.label}", details=True)
+                assert problems(res) == [], (method, p.label, problems(res))
             if method in ("dtr", "checkmate"):
                 assert p.peak <= p.stats["budget"], (method, p.label)
             rows.append((method, p.label, p.peak / eager.peak, p.latency / eager.latency, p.stats.get("duplicates", 0)))
@@ -584,6 +601,5 @@ def test_every_peer_plan_verifies_on_the_tiny_workloads(name):
     print("seconds per method: " + ", ".join(f"{m} {t:.1f}" for m, t in seconds.items()))
     got = {m for m, *_ in rows}
     assert {"eager", "sqrt_n", "dtr", "torch_mincut"} <= got
-    # bert_tiny: 121 517 variables, above milp_max_vars, and HiGHS solves no LP relaxation in 20 s
-    assert ("checkmate" in got) == (name == "resnet50_tiny")
+    assert "checkmate" in got  # per op where the MILP fits, else on the coarsened graph
     assert any(m != "eager" and pr < 0.99 for m, _, pr, _, _ in rows)

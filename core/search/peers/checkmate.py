@@ -2,32 +2,67 @@
 Keutzer, Stoica, Gonzalez: "Checkmate: Breaking the Memory Wall with Optimal Tensor
 Rematerialization", MLSys 2020, section 4), solved with scipy's HiGHS (``scipy.optimize.milp``).
 
-Linearised over the traced order as in the paper (section 4.4): stage t computes op t, and before
-it any earlier op again.  Variables (binary unless said):
+**Granularity.**  The paper solves over a network's layers; per aten op its MILP has O(n^2)
+variables, and on a real training graph (thousands of ops: 1.5 M R/S variables for BERT-base,
+27 M for BTLM-3B) neither the MILP nor its LP relaxation is solved in any time a comparison
+gives it.  So the problem's *nodes* are per op only where the op-level MILP fits
+(``granularity = "op"``: at most ``min(milp_max_vars, coarse_max_vars)`` variables -- hand-built
+and tiny graphs); otherwise they are groups of consecutive ops in the traced order
+(:mod:`.coarsen`): a node per module call ("module depth D": consecutive ops whose module paths
+agree on D components), or, where every module level is still too large, the traced order in
+segments of consecutive module calls ("segments N").  "auto" takes the finest level whose
+formulation has at most ``coarse_max_vars`` variables (about 40-50 nodes on the paper's
+workloads: a few per transformer layer or residual stage -- coarser than the paper's per-layer
+graphs on the deepest models), else the coarsest one, solved by the LP relaxation.  A coarse
+node costs the sum of its ops' times; its outputs are bundled into a few checkpoints (what later
+forward groups read, what only the backward reads, views of other nodes' storages); while it runs
+it holds its internal working set on top (``Problem.work``), and it frees its inputs only at its
+end: the coarse model is meant to over-count memory rather than under-count it (it is not exact
+either way: a realisation may duplicate a recomputation, ``stats["duplicates"]``).  A coarse
+problem recomputes only in the backward's stages (``Problem.recompute_from``: no R variables in
+forward stages, which made HiGHS prove GPT-Neo's 37-node problem optimal in 6 s rather than not
+in 11 s).  As it over-counts, its budgets are scaled by what it counts for eager's schedule over
+eager's simulated peak (``model_peak``, ``stats["model_scale"]``), and every point is the plan
+*our simulator* measures: a schedule whose simulated peak is over the budget is solved again
+lower (the MILP by what it overshot, ``stats["milp_budget_factor"]``; the LP at the fractions
+``TIGHTEN``), and only plans within their budget and not dominated by eager are points.  A coarse solution is
+mapped back to ops (``coarsen.coarse_decision``): a group recomputed in stage t recomputes those
+of its ops some later instance reads.  A coarse problem is a restriction: its optimum is never
+better than the op-level one (where that can be solved), and "infeasible" says at which
+granularity.  Each plan's ``stats`` say ``granularity``, ``coarse_nodes`` (nodes of the problem
+solved) and the finer levels passed over (``finer_passed_over``).
 
-* ``R[t,i]`` -- op i is computed in stage t (``R[t,t] = 1``);
-* ``S[t,i]`` -- op i's output is kept in memory from stage t-1 into stage t (a checkpoint);
-* ``FREE[t,i,k]`` -- i's storage is freed right after op k of stage t (k reads it, or k = i);
-* ``U[t,k]`` -- memory while op k of stage t runs (continuous).
+Linearised over the node order as in the paper (section 4.4): stage t computes node t, and before
+it any earlier node again.  Variables (binary unless said):
+
+* ``R[t,i]`` -- node i is computed in stage t (``R[t,t] = 1``);
+* ``S[t,i]`` -- node i's output is kept in memory from stage t-1 into stage t (a checkpoint);
+* ``FREE[t,i,k]`` -- i's storage is freed right after node k of stage t (k reads it, or k = i);
+* ``U[t,k]`` -- memory while node k of stage t runs (continuous).
 
 Constraints: dependencies ``R[t,j] <= R[t,i] + S[t,i]`` for each input i of j; checkpoints
 ``S[t+1,i] <= S[t,i] + R[t,i]``; memory ``U[t,k] <= budget`` with U following the paper's
-recurrence (allocate k's output, then free each storage whose last reader of the stage was k and
-which is not kept into t+1 -- the ``num_hazards`` linearisation of FREE); objective: minimum
-total compute time ``sum R[t,i] * c_i``.  Memory is our storage semantics: bytes of storages
-(views own none; a kept view keeps its base: ``S[t,v] <= S[t,base]``; a storage's readers include
-those that read it through views), graph inputs and weights resident, graph outputs kept.
+recurrence (allocate k's output -- a coarse node's working set first --, then free each storage
+whose last reader of the stage was k and which is not kept into t+1 -- the ``num_hazards``
+linearisation of FREE); objective: minimum total compute time ``sum R[t,i] * c_i``.  Memory is
+our storage semantics: bytes of storages (views own none; a kept view keeps its base:
+``S[t,v] <= S[t,base]``; a storage's readers include those that read it through views), graph
+inputs and weights resident, graph outputs kept.  HiGHS solves it scaled (memory in MiB,
+seconds to a largest cost of 1) where bytes and seconds are past its tolerances.
 
 Only forward activations are recompute candidates, and a variable exists only where it can
 matter (``R[t,i]``, ``S[t,i]`` for stages up to the last one at which i can be needed), which is
 exact (no optimum is cut off) but still O(n^2).  The model is formulated once; budgets enter only
 as the memory variables' upper bound.  Budgets run from 0.95 of eager's peak down to 0.3 in steps
-of 0.05; the first one proven infeasible (by HiGHS, by the LP relaxation, or by memory that no
+of 0.05, coarse to fine, each with its share of the time left (over at most ``SPREAD`` budgets);
+the first one proven infeasible (by HiGHS, by the LP relaxation, or by memory that no
 recomputation lowers) ends the sweep, every smaller one reported infeasible unsolved.
 
 Per budget: the MILP (HiGHS) within its share of the time; a feasible solution found by then is a
-point with its gap (``stats["optimal"] = False``).  Where the MILP finds none (or is too large to
-try, ``milp_max_vars``), the paper's approximation (section 5): the LP relaxation, then two-phase
+point with its gap (``stats["optimal"] = False``) -- unless the rounded LP below, run in the rest
+of the budget's time, gives a faster plan within the budget (then that is the point, with
+``milp_incumbent_latency``).  Where the MILP finds none (or is too large to try,
+``milp_max_vars``), the paper's approximation (section 5): the LP relaxation, then two-phase
 rounding -- S rounded deterministically (S* >= 0.5, the paper's; also 0.75 and 0.9, which keep
 fewer checkpoints) and randomly (S ~ Bernoulli(S*)), R the fewest
 recomputations that make S a schedule (:func:`r_given_s`) -- keeping the fastest rounding whose
@@ -37,7 +72,6 @@ budgets (``TIGHTEN``).  Its points say ``solver = "lp-rounded"`` with the LP's o
 ``recompute_seconds`` and ``gap`` against it.  A budget where neither finishes is a failure "not
 run: ..." with the reason, never a point.
 """
-
 from __future__ import annotations
 
 import time
@@ -46,8 +80,19 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ...ir.graph import Graph, TRef
-from .base import Peer, eager_peak
-from .common import Failure, Inst, RematDecision, candidates, coarse_to_fine, make_plan, realise, traced_order
+from ...simulate import simulate
+from .base import Peer
+from .common import (
+    Failure,
+    Inst,
+    RematDecision,
+    candidates,
+    coarse_to_fine,
+    dominated_by_eager,
+    make_plan,
+    realise,
+    traced_order,
+)
 
 BUDGETS = tuple(round(0.95 - 0.05 * k, 2) for k in range(14))  # 0.95, 0.9, ..., 0.3 of eager's peak
 TIGHTEN = (0.9, 0.8)  # the LP solved again at these fractions of a budget no rounding met
@@ -56,10 +101,17 @@ THRESHOLDS = (0.5, 0.75, 0.9)  # deterministic roundings: S = 1 where S* >= each
 # found no incumbent in its share of 30-60 s on any of the paper's workloads above ~3.7e5 (resnet50),
 # and did not prove small ones (unet) optimal in 7.5 s
 MILP_MAX_VARS = 100_000
+# "auto" takes the finest grouping (``coarsen``) whose MILP has at most this many variables: set by
+# the paper workloads, where HiGHS finds incumbents for such a problem within a few seconds
+COARSE_MAX_VARS = 6_000
+# a budget's time: what is left over at most this many budgets (a coarse MILP of ~40 nodes finds
+# no incumbent in the 2 s an even split of 60 s over 14 budgets gives it, mostly does in 5-10 s)
+SPREAD = 5
 # the MILP is O(n^2) in variables, built in Python: bert_base's 1.5 M R/S variables (3.2 M in all)
 # took about a minute and 8.4 GB to formulate.  Larger problems are not attempted.
 MAX_VARS = 2_000_000
 BYTES_PER_VAR = 5.6e3
+MIB = float(2**20)
 
 
 def size(p: Problem) -> int:
@@ -88,6 +140,14 @@ class Problem:
     need: dict[Val, int]  # last stage at which an output can be needed
     need_op: list[int]
     resident: int
+    # a coarse problem (``coarsen.coarse_problem``): node i is the ops ``groups[i]``, holding up to
+    # ``work[i]`` bytes of its own while it runs; ``out_refs[i][j]``: the tensors of its output j (a
+    # bundle).  None: per op
+    groups: list[list[int]] | None = None
+    granularity: str = "op"
+    work: list[int] | None = None
+    out_refs: list[list[list[TRef]]] | None = None
+    recompute_from: int = 0  # the first stage that may recompute (a coarse problem's: the backward's)
 
     def mem(self, i: int) -> int:
         return sum(self.outs[i])
@@ -98,7 +158,6 @@ def problem(g: Graph, cost) -> Problem:
     idx = {v: i for i, v in enumerate(ids)}
     cand = {idx[v] for v in candidates(g)}
     kept_roots = {g.storage_root(r) for r in g.outputs.values()}
-    n = len(ids)
     cst, outs, kept, reads, owners = [], [], [], [], []
     base: dict[Val, Val] = {}
     for i, v in enumerate(ids):
@@ -125,6 +184,14 @@ def problem(g: Graph, cost) -> Problem:
                     ow.add((idx[root.node], root.index))
         reads.append(rd)
         owners.append(ow)
+    resident = sum(t.nbytes for p in g.placeholders() for t in p.outputs if t.alias is None and t.device == "device")
+    return assemble(ids, cst, outs, kept, reads, owners, base, cand, resident)
+
+
+def assemble(ids, cst, outs, kept, reads, owners, base, cand, resident) -> Problem:
+    """A problem from its nodes (ops, or groups of ops: ``coarsen``), with the last stage at which
+    each output can be needed."""
+    n = len(ids)
     readers: dict[Val, list[int]] = {}
     for j in range(n):
         for x in reads[j]:
@@ -145,7 +212,6 @@ def problem(g: Graph, cost) -> Problem:
             for w in views_of.get((i, j), ()):
                 need[(i, j)] = max(need[(i, j)], need[w])
             need_op[i] = max(need_op[i], need[(i, j)])
-    resident = sum(t.nbytes for p in g.placeholders() for t in p.outputs if t.alias is None and t.device == "device")
     return Problem(ids, cst, outs, kept, reads, owners, base, cand, need, need_op, resident)
 
 
@@ -256,7 +322,7 @@ def formulate(p: Problem, deadline: float | None = None) -> Formulation:
             for t in range(i + 1, p.need[(i, j)] + 1):
                 S[(t, (i, j))] = m.var()
         if i in p.cand:
-            for t in range(i + 1, p.need_op[i] + 1):
+            for t in range(max(i + 1, p.recompute_from), p.need_op[i] + 1):
                 R[(t, i)] = m.var()
 
     def r(t: int, i: int) -> Lin:
@@ -305,6 +371,15 @@ def formulate(p: Problem, deadline: float | None = None) -> Formulation:
             u = Lin(dict(u.c), u.k)
             if freed is not None:
                 u.add(freed, -1.0)
+            if p.work is not None and p.work[j] > p.mem(j) + p.kept[j]:
+                # a group's own working set while it runs, on top of what it reads
+                pk = Lin(dict(u.c), u.k).add(r(t, j), float(p.work[j]))
+                if pk.c:
+                    pv = m.var(integer=False, upper=np.inf)
+                    u_vars.append(len(m.integer) - 1)
+                    m.eq(pk.add(pv, -1), 0.0)
+                else:
+                    const_peak = max(const_peak, pk.k)
             u.add(r(t, j), float(p.mem(j) + p.kept[j]))  # a copy's graph outputs die right after it
             if u.c:
                 uv = m.var(integer=False, upper=np.inf)
@@ -360,26 +435,50 @@ class OutOfTime(Exception):
 
 def _highs(f: Formulation, mat, budget: float, time_limit: float, integer: bool):
     """HiGHS (``scipy.optimize.milp``) on formulation ``f`` at ``budget`` bytes: the MILP, or its LP
-    relaxation (every variable continuous in [0, 1])."""
+    relaxation (every variable continuous in [0, 1]).  Solved scaled where its numbers are past
+    HiGHS's tolerances -- memory in MiB (the memory variables' columns and the rows they are in)
+    above 64 MiB, the objective to a largest coefficient of 1 below 1e-3 -- as bytes (1e9) and
+    seconds (1e-5) beside binaries are: the LP relaxation of a coarse BERT-base problem took 9 s
+    unscaled, 0.7 s scaled;
+    ``fun`` and ``mip_dual_bound`` are given back in seconds."""
     from scipy.optimize import Bounds, LinearConstraint, milp
+    from scipy.sparse import diags
 
     m = f.model
     nv = len(m.integer)
     c = np.zeros(nv)
     for v, x in f.objective.c.items():
         c[v] = x
+    cs = float(np.abs(c).max()) if nv else 0.0
+    cs = cs if 0 < cs < 1e-3 else 1.0
     a, lb, ub = mat
+    up = f.upper(budget)
+    if f.u_vars and len(lb) and budget > 64 * MIB:
+        col = np.ones(nv)
+        col[f.u_vars] = MIB
+        row = np.where(np.asarray((a[:, f.u_vars] != 0).sum(axis=1)).ravel() > 0, 1.0 / MIB, 1.0)
+        a = diags(row) @ a @ diags(col)
+        lb, ub = lb * row, ub * row
+        up = up.copy()
+        up[f.u_vars] = up[f.u_vars] / MIB
     opts = {"time_limit": max(0.1, time_limit), "disp": False}
     if integer:
         opts["mip_rel_gap"] = 1e-6
-    return milp(c, integrality=np.array(m.integer) if integer else np.zeros(nv),
-                bounds=Bounds(np.zeros(nv), f.upper(budget)),
-                constraints=[LinearConstraint(a, lb, ub)] if len(lb) else None, options=opts)
+    res = milp(c / cs, integrality=np.array(m.integer) if integer else np.zeros(nv),
+               bounds=Bounds(np.zeros(nv), up),
+               constraints=[LinearConstraint(a, lb, ub)] if len(lb) else None, options=opts)
+    if res.get("fun") is not None:
+        res["fun"] = float(res["fun"]) * cs
+    if res.get("mip_dual_bound") is not None:
+        res["mip_dual_bound"] = float(res["mip_dual_bound"]) * cs
+    return res
 
 
-def solve(p: Problem, budget: int, time_limit: float = 60.0, f: Formulation | None = None, mat=None) -> Solution:
+def solve(p: Problem, budget: int, time_limit: float = 60.0, f: Formulation | None = None, mat=None,
+          g: Graph | None = None) -> Solution:
     """The MILP at ``budget`` bytes (formulated here unless ``f``, its matrix ``mat``, is given);
-    never raises for a budget it cannot meet or a time limit."""
+    never raises for a budget it cannot meet or a time limit.  ``g``: the graph of a coarse problem
+    (its decision is in the graph's ops)."""
     t0 = time.perf_counter()
     f = f or formulate(p)
     mat = mat if mat is not None else f.model.matrix()
@@ -397,7 +496,7 @@ def solve(p: Problem, budget: int, time_limit: float = 60.0, f: Formulation | No
     chosen = {(t, i) for (t, i), lin in f.R.items() if x[next(iter(lin.c))] == 1}
     status = "optimal" if res.status == 0 else "feasible"
     bound = res.get("mip_dual_bound")
-    return Solution(status, decision(p, chosen), float(res.fun), res.get("mip_gap"),
+    return Solution(status, decision(p, chosen, g), float(res.fun), res.get("mip_gap"),
                     bound=None if bound is None or not np.isfinite(bound) else float(bound), **base)
 
 
@@ -483,13 +582,47 @@ def _want(f: Formulation, s_t: set[Val], t: int, x: Val, held: set[Val], compute
     return True
 
 
+def model_peak(p: Problem) -> float:
+    """The memory the formulation counts for the schedule that recomputes nothing: each output held
+    from its node to its last reader or member (a view's storage as long as the view), each node
+    holding its working set (``Problem.work``) on top."""
+    n = len(p.ids)
+    last: dict[Val, int] = {}
+    for j in range(n):
+        for x in p.reads[j] | p.owners[j]:
+            last[x] = max(last.get(x, x[0]), j)
+    for x, b in sorted(p.base.items(), reverse=True):
+        last[b] = max(last.get(b, b[0]), last.get(x, x[0]))
+    delta = [0.0] * (n + 2)
+    for i in range(n):
+        for j, nb in enumerate(p.outs[i]):
+            if nb:
+                delta[i + 1] += nb  # held from the stage after its node's ...
+                delta[last.get((i, j), i) + 1] -= nb  # ... to its last reader's
+    held = peak = 0.0
+    kept_before = 0
+    for t in range(n):
+        held += delta[t]
+        own = max(p.work[t] if p.work is not None else 0, p.mem(t) + p.kept[t])
+        peak = max(peak, p.resident + kept_before + max(held, 0.0) + own)
+        kept_before += p.kept[t]
+    return peak
+
+
 def recompute_seconds(p: Problem, chosen: set[tuple[int, int]]) -> float:
     return float(sum(p.cost[i] for _t, i in chosen))
 
 
-def decision(p: Problem, chosen: set[tuple[int, int]]) -> RematDecision:
+def decision(p: Problem, chosen: set[tuple[int, int]], g: Graph | None = None) -> RematDecision:
     """Stage by stage: the recomputed ops in index order, then the stage's op; each reads the
-    latest computed instance of its inputs."""
+    latest computed instance of its inputs.  A coarse problem's (``g`` given): its groups' ops
+    (``coarsen.coarse_decision``)."""
+    if p.groups is not None:
+        from .coarsen import coarse_decision
+
+        if g is None:
+            raise ValueError("a coarse problem's decision needs its graph")
+        return coarse_decision(g, p.groups, chosen)
     n = len(p.ids)
     per_stage: list[list[int]] = [[] for _ in range(n)]
     for t, i in chosen:
@@ -509,6 +642,35 @@ def decision(p: Problem, chosen: set[tuple[int, int]]) -> RematDecision:
     return RematDecision(events, reads)
 
 
+def grouping_of(g: Graph, granularity: str):
+    """The grouping a granularity names: "module depth D" or "segments N" (``coarsen``)."""
+    from .coarsen import Grouping, kinds, module_groups, segment_groups
+
+    order = traced_order(g)
+    words = granularity.split()
+    try:
+        if granularity.startswith("module depth") and len(words) == 3:
+            return Grouping(granularity, module_groups(g, order, kinds(g, order), int(words[2])))
+        if granularity.startswith("segments") and len(words) == 2:
+            kind = kinds(g, order)
+            deepest = max((len(g.nodes[v].module.split(".")) for v in order if g.nodes[v].module), default=0)
+            atoms = module_groups(g, order, kind, deepest) if deepest else None
+            return Grouping(granularity, segment_groups(order, kind, int(words[1]), atoms))
+    except ValueError:
+        pass
+    raise ValueError(f"checkmate granularity must be auto, op, 'module depth D' or 'segments N' (got {granularity!r})")
+
+
+@dataclass
+class Chosen:
+    """The problem Checkmate solves on a graph, at the granularity :meth:`Checkmate.choose` took."""
+
+    problem: Problem
+    formulation: Formulation
+    matrix: tuple
+    tried: list[str]  # the finer granularities passed over, and why
+
+
 class Checkmate(Peer):
     name = "checkmate"
     label = "Checkmate"
@@ -517,100 +679,230 @@ class Checkmate(Peer):
     family = "peer"
     paper = "Jain et al. 2020, Checkmate: Breaking the Memory Wall with Optimal Tensor Rematerialization (MLSys)"
 
-    def refuse(self, g, cost, *, max_vars: int = MAX_VARS, max_nodes: int | None = None, **_) -> str | None:
-        """Too large to formulate: more than ``max_vars`` R/S variables (or ``max_nodes`` nodes)."""
+    def refuse(self, g, cost, *, max_vars: int = MAX_VARS, max_nodes: int | None = None, granularity: str = "auto",
+               **_) -> str | None:
+        """Too large to formulate: more than ``max_vars`` R/S variables at the coarsest granularity
+        it may take (the op's, where ``granularity`` is "op"), or more than ``max_nodes`` nodes."""
         if max_nodes is not None and len(g) > max_nodes:
             return f"not attempted on {len(g)} nodes (> {max_nodes}; its MILP is quadratic in the ops)"
         self._problem = (g, cost, problem(g, cost))  # ``_run`` takes it from here: built once
         n = size(self._problem[2])
-        if n > max_vars:
+        if n <= max_vars:
+            return None
+        if granularity == "auto":
+            from .coarsen import coarse_problem, coarsest
+
+            grouping = coarsest(g)
+            n = size(coarse_problem(g, cost, grouping))
+            if n <= max_vars:
+                return None
             self._problem = None
-            return (f"not attempted: {n / 1e6:.1f} M R/S variables (> {max_vars / 1e6:g} M; about "
-                    f"{n * BYTES_PER_VAR / 1e9:.0f} GB to formulate)")
-        return None
+            return (f"not attempted: {n} R/S variables at the coarsest granularity ({grouping.name}) "
+                    f"(> {max_vars:g})")
+        if granularity != "op":
+            return None  # a named granularity: ``_run`` says what it costs
+        self._problem = None
+        return (f"not attempted: {n / 1e6:.1f} M R/S variables (> {max_vars / 1e6:g} M; about "
+                f"{n * BYTES_PER_VAR / 1e9:.0f} GB to formulate)")
+
+    def choose(self, g, cost, fine: Problem | None, granularity: str, cap: int, max_vars: int,
+               deadline: float, progress) -> Chosen:
+        """The problem to solve: at ``granularity``, or ("auto") the finest whose formulation has at
+        most ``cap`` variables -- per op first, then ``coarsen.levels`` from the deepest module level
+        to the fewest segments -- else the coarsest (solved by the LP relaxation).  Raises OutOfTime
+        past ``deadline``, Infeasible, or ValueError when nothing has at most ``max_vars`` R/S
+        variables."""
+        from .coarsen import coarse_problem, levels
+
+        def formulated(p: Problem) -> Chosen:
+            f = formulate(p, deadline=deadline)
+            return Chosen(p, f, f.model.matrix(deadline=deadline), tried)
+
+        tried: list[str] = []
+        if granularity == "op":
+            return formulated(fine or problem(g, cost))
+        if granularity != "auto":
+            p = coarse_problem(g, cost, grouping_of(g, granularity), backward_only=True)
+            if size(p) > max_vars:
+                raise ValueError(f"{size(p)} R/S variables at {granularity} (> {max_vars:g})")
+            return formulated(p)
+        fine = fine or problem(g, cost)
+        last: Problem | None = None
+        # the formulation has about twice as many variables as R and S (frees and memory): a level
+        # whose R/S alone are over half the cap is not formulated
+        n = size(fine)
+        if 2 * n <= cap and n <= max_vars:
+            c = formulated(fine)
+            if len(c.formulation.model.integer) <= cap:
+                return c
+            tried.append(f"op: {len(c.formulation.model.integer)} variables")
+        else:
+            tried.append(f"op: {n} R/S variables")
+        coarsest = None
+        for grouping in levels(g):
+            coarsest = grouping
+            if time.perf_counter() > deadline:
+                raise OutOfTime("choosing the granularity")
+            if len(grouping.groups) ** 2 > 2 * cap:
+                # about n^2 R/S variables and as many again on n nodes (the paper workloads): not built
+                tried.append(f"{grouping.name}: {len(grouping.groups)} nodes")
+                continue
+            p = coarse_problem(g, cost, grouping, backward_only=True)
+            n = size(p)
+            last = p
+            if 2 * n > cap or n > max_vars:
+                tried.append(f"{grouping.name}: {n} R/S variables")
+                continue
+            c = formulated(p)
+            nv = len(c.formulation.model.integer)
+            if nv <= cap:
+                return c
+            tried.append(f"{grouping.name}: {nv} variables")
+        if last is None and coarsest is not None:
+            last = coarse_problem(g, cost, coarsest, backward_only=True)
+        if last is None or size(last) > max_vars:
+            raise ValueError("no granularity has at most " f"{max_vars:g} R/S variables ({'; '.join(tried)})")
+        return formulated(last)
 
     def _run(self, g, cost, *, time_budget, progress, budgets=BUDGETS, time_limit=None, solver="auto",
              milp_share=0.5, milp_max_vars=MILP_MAX_VARS, samples=4, thresholds=THRESHOLDS, tighten=TIGHTEN,
-             seed=0, max_vars=None, max_nodes=None, **_):
+             seed=0, max_vars=None, max_nodes=None, granularity="auto", coarse_max_vars=COARSE_MAX_VARS,
+             spread=SPREAD, **_):
         """Budgets (fractions of eager's peak) coarse to fine (``common.coarse_to_fine``: the largest,
         the smallest, the middle, ...); one proven infeasible (by the MILP, its LP relaxation, or
-        memory no variable lowers) rules out every smaller one, which is not run.  ``time_limit``: seconds per budget (default: an equal share of what
-        is left of ``time_budget`` over the budgets left).  ``solver``: "auto" (the MILP within
+        memory no variable lowers) rules out every smaller one, which is not run.  ``time_limit``:
+        seconds per budget (default: an equal share of what is left of ``time_budget`` over the
+        budgets left, at most ``spread`` of them: the first budgets of the coarse-to-fine order get
+        the time a MILP needs, the last ones what the first left).  ``solver``: "auto" (the MILP within
         ``milp_share`` of that, then the LP relaxation with two-phase rounding; the LP alone when the
         MILP has more than ``milp_max_vars`` variables), "milp" or "lp".
         The rounding keeps the fastest of the deterministic ones (S* >= each of ``thresholds``) and
         ``samples`` randomised ones whose simulated peak meets the budget; when none does, the LP is solved again at a smaller budget
-        (each factor of ``tighten``) and rounded again."""
+        (each factor of ``tighten``) and rounded again.
+        ``granularity``: "auto" (per op where its MILP has at most ``milp_max_vars`` variables, else
+        the finest grouping of ``coarsen.levels`` with at most ``coarse_max_vars``, else the coarsest
+        one, by the LP), "op", "module depth D" or "segments N".  ``max_vars``: the most R/S
+        variables formulated at all."""
         if solver not in ("auto", "milp", "lp"):
             raise ValueError(f"checkmate solver must be auto, milp or lp (got {solver!r})")
+        if granularity not in ("auto", "op"):
+            grouping_of(g, granularity)  # a bad name raises here
         t0 = time.perf_counter()
-        base = eager_peak(g, cost)
+        eager = simulate(g, traced_order(g), cost)
+        base = eager.peak
         last = getattr(self, "_problem", None)
-        p = last[2] if last is not None and last[0] is g and last[1] is cost else problem(g, cost)
+        fine = last[2] if last is not None and last[0] is g and last[1] is cost else None
         self._problem = None
+        max_vars = MAX_VARS if max_vars is None else max_vars
         budgets = coarse_to_fine(sorted(budgets, reverse=True))  # the whole range first, then finer
+        cap = milp_max_vars if granularity == "op" else min(milp_max_vars, coarse_max_vars)
         try:
-            f = formulate(p, deadline=t0 + time_budget)
-            mat = f.model.matrix(deadline=t0 + time_budget)
+            ch = self.choose(g, cost, fine, granularity, cap, max_vars, t0 + time_budget, progress)
         except OutOfTime:
-            return [], [Failure("all", f"not run: formulating the MILP ({size(p) / 1e6:.2f} M R/S variables) "
-                                       f"took more than the time budget of {time_budget:g} s")]
+            n = size(fine) if fine is not None else 0
+            what = f" ({n / 1e6:.2f} M R/S variables per op)" if n else ""
+            return [], [Failure("all", f"not run: formulating the MILP{what} took more than the time budget "
+                                       f"of {time_budget:g} s")]
         except Infeasible as e:
             return [], [Failure("all", f"infeasible ({e})")]
+        except ValueError as e:
+            return [], [Failure("all", f"not attempted: {e}")]
+        p, f, mat = ch.problem, ch.formulation, ch.matrix
+        gran = p.granularity
+        nodes = len(p.ids)
         nv = len(f.model.integer)
-        progress(f"checkmate: formulated in {time.perf_counter() - t0:.1f} s ({nv} variables, "
-                 f"{len(mat[1])} constraints)")
+        progress(f"checkmate: {gran} ({nodes} nodes), formulated in {time.perf_counter() - t0:.1f} s "
+                 f"({nv} variables, {len(mat[1])} constraints)" + (f"; passed over {'; '.join(ch.tried)}"
+                                                                   if ch.tried else ""))
         skip_milp = solver == "auto" and nv > milp_max_vars
         if skip_milp:
             solver = "lp"
+        # a coarse problem's memory over-counts (a group holds its inputs and outputs to its end):
+        # its budgets are scaled by what it counts for eager's schedule over eager's simulated peak
+        scale = max(1.0, model_peak(p) / eager.peak) if p.groups is not None else 1.0
         plans, failures = [], []
         proven: float | None = None
+        where = "" if gran == "op" else f" at granularity {gran}"
         for k, b in enumerate(budgets):
             label = f"budget {b:g}"
             if proven is not None and b <= proven:
-                failures.append(Failure(label, f"infeasible (budget {proven:g} already is)"))
+                failures.append(Failure(label, f"infeasible{where} (budget {proven:g} already is)"))
                 continue
             left = time_budget - (time.perf_counter() - t0)
             if left <= 0:
                 failures.append(Failure(label, f"not run: time budget {time_budget:g} s spent"))
                 continue
-            share = min(time_limit, left) if time_limit else left / (len(budgets) - k)
+            share = min(time_limit, left) if time_limit else left / min(len(budgets) - k, spread)
             limit = int(b * base)
             plan, why, infeasible = self._point(g, cost, p, f, mat, label, b, limit, share, solver, milp_share,
-                                                samples, thresholds, tighten, seed, progress)
+                                                samples, thresholds, tighten, seed, progress, scale)
             if skip_milp and plan is None and not infeasible:
                 why += f" (the MILP not tried: {nv} variables > {milp_max_vars})"
+            if plan is not None and dominated_by_eager(plan.peak, plan.latency, eager.peak, eager.latency):
+                plan, why = None, (f"the plan (peak {plan.peak} B, {plan.latency:.6g} s) is dominated by eager's "
+                                   f"({eager.peak} B, {eager.latency:.6g} s)")
             if plan is not None:
                 if skip_milp:
                     plan.stats["milp_skipped"] = f"{nv} variables > {milp_max_vars}"
+                plan.stats.update(granularity=gran, coarse_nodes=nodes, model_scale=round(scale, 4))
+                if ch.tried:
+                    plan.stats["finer_passed_over"] = "; ".join(ch.tried)
                 plans.append(plan)
             elif infeasible:
                 proven = b if proven is None else max(proven, b)
-                failures.append(Failure(label, why))
+                failures.append(Failure(label, why if not where else why.replace("infeasible", f"infeasible{where}", 1)))
             else:
-                failures.append(Failure(label, f"not run: {why}"))
+                failures.append(Failure(label, f"not run: {why}" + (where and f" ({gran})")))
         plans.sort(key=lambda q: -q.stats["budget_fraction"])
         failures.sort(key=lambda q: -float(q.label.split()[-1]))
         return plans, failures
 
     def _point(self, g, cost, p, f, mat, label, b, limit, share, solver, milp_share, samples, thresholds, tighten,
-               seed, progress):
-        """(plan, None, False), or (None, why, whether the budget is proven infeasible)."""
+               seed, progress, scale=1.0):
+        """(plan, None, False), or (None, why, whether the budget is proven infeasible).  The
+        problem is solved at ``scale`` x ``limit`` (a coarse problem's memory over-counts its
+        schedule's: ``model_peak``); a plan is one whose simulated peak is within ``limit``.  A MILP
+        incumbent not proven optimal competes with the LP's roundings (``solver`` "auto")."""
         t0 = time.perf_counter()
+        model = limit * scale
         stats = dict(budget=limit, budget_fraction=b, variables=len(f.model.integer), constraints=len(mat[1]))
+        if scale != 1.0:
+            stats["model_budget"] = int(model)
         why: list[str] = []
+        milp_plan = None
         if solver in ("auto", "milp"):
-            sol = solve(p, limit, share * (milp_share if solver == "auto" else 1.0), f, mat)
-            progress(f"checkmate {label}: MILP {sol.status} in {sol.seconds:.1f} s")
-            if sol.status.startswith("infeasible"):
-                return None, sol.status, True
-            if sol.decision is not None:
+            # the MILP at the budget; where its schedule peaks above it in our simulator (a coarse
+            # problem's memory is an estimate), again lower by what it overshot (as often as
+            # ``tighten`` has factors)
+            milp_time = share * (milp_share if solver == "auto" else 1.0)
+            factor = 1.0
+            for _ in range(1 + len(tighten)):
+                left = milp_time - (time.perf_counter() - t0)
+                if factor != 1.0 and left <= 0.05:
+                    why.append(f"no time left for the MILP at {factor:.3g} x the budget")
+                    break
+                sol = solve(p, int(factor * model), left, f, mat, g=g)
+                progress(f"checkmate {label}: MILP at {factor:g} x budget {sol.status} in {sol.seconds:.1f} s")
+                if sol.status.startswith("infeasible"):
+                    if factor == 1.0:
+                        return None, sol.status, True
+                    why.append(f"MILP at {factor:.3g} x the budget infeasible")
+                    break
+                if sol.decision is None:
+                    why.append(f"MILP {sol.status} in {sol.seconds:.1f} s ({sol.variables} variables, "
+                               f"{sol.constraints} constraints)")
+                    break
                 r = realise(g, sol.decision)
-                return make_plan(self.name, label, r, cost, solver="milp", optimal=sol.status == "optimal",
+                plan = make_plan(self.name, label, r, cost, solver="milp", optimal=sol.status == "optimal",
                                  mip_gap=sol.gap, bound=sol.bound, solver_seconds=round(sol.seconds, 3),
-                                 recompute_seconds=sol.objective, **stats), None, False
-            why.append(f"MILP {sol.status} in {sol.seconds:.1f} s ({sol.variables} variables, "
-                       f"{sol.constraints} constraints)")
+                                 recompute_seconds=sol.objective, milp_budget_factor=factor, **stats)
+                if plan.peak <= limit:
+                    if plan.stats["optimal"] or solver == "milp":
+                        return plan, None, False
+                    milp_plan = plan  # an incumbent within the time: the LP's rounding may beat it
+                    break
+                why.append(f"the MILP's schedule at {factor:.3g} x the budget peaks at {plan.peak} B in the simulator")
+                factor *= 0.98 * limit / plan.peak  # again, lower by what it overshot
         if solver == "milp":
             return None, "; ".join(why), False
         best, bound, tries = None, None, 0
@@ -620,10 +912,10 @@ class Checkmate(Peer):
                 why.append(f"LP relaxation not tried: the budget's {share:.1f} s were spent" if bound is None
                            else f"no rounding met the budget within {share:.1f} s")
                 break
-            lp = relax(f, mat, factor * limit, left)
+            lp = relax(f, mat, factor * model, left)
             progress(f"checkmate {label}: LP relaxation at {factor:g} x budget {lp.status} in {lp.seconds:.1f} s")
             if lp.status.startswith("infeasible"):
-                if factor == 1.0:
+                if factor == 1.0 and milp_plan is None:
                     return None, f"{lp.status} (the LP relaxation)", True
                 why.append(f"LP relaxation at {factor:g} x the budget infeasible")
                 break
@@ -645,7 +937,7 @@ class Checkmate(Peer):
                     continue
                 seen.add(frozenset(chosen))
                 tries += 1
-                r = realise(g, decision(p, chosen))
+                r = realise(g, decision(p, chosen, g))
                 plan = make_plan(self.name, label, r, cost, solver="lp-rounded", optimal=False,
                                  rounding=how,
                                  lp_budget_factor=factor, bound=bound, lp_bound=bound,
@@ -656,7 +948,13 @@ class Checkmate(Peer):
             if best is not None:
                 break
             why.append(f"no rounding of the LP at {factor:g} x the budget met it ({tries} tried)")
+        if milp_plan is not None and (best is None or milp_plan.latency <= best.latency):
+            milp_plan.stats["lp_rounding"] = ("none met the budget" if best is None else
+                                              f"slower ({best.latency:.6g} s)")
+            return milp_plan, None, False
         if best is not None:
+            if milp_plan is not None:
+                best.stats["milp_incumbent_latency"] = milp_plan.latency
             rc, lb = best.stats["recompute_seconds"], best.stats["lp_bound"]
             best.stats["gap"] = None if not lb else round((rc - lb) / lb, 6)
             best.stats["solver_seconds"] = round(time.perf_counter() - t0, 3)
@@ -666,5 +964,6 @@ class Checkmate(Peer):
         return None, "; ".join(why), False
 
 
-__all__ = ["BUDGETS", "MAX_VARS", "MILP_MAX_VARS", "THRESHOLDS", "TIGHTEN", "Checkmate", "Problem", "Relaxation", "Solution", "decision",
-           "formulate", "problem", "r_given_s", "recompute_seconds", "relax", "round_s", "size", "solve"]
+__all__ = ["BUDGETS", "COARSE_MAX_VARS", "MAX_VARS", "MILP_MAX_VARS", "SPREAD", "THRESHOLDS", "TIGHTEN", "Checkmate",
+           "Problem", "Relaxation", "Solution", "assemble", "decision", "formulate", "grouping_of", "model_peak",
+           "problem", "r_given_s", "recompute_seconds", "relax", "round_s", "size", "solve"]
