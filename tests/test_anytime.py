@@ -58,7 +58,10 @@ def test_the_ftree_is_built_on_first_use_and_greedy_fission_skipped_where_it_can
     m.warm_start(2.0, seed_budget=2.0)
     names = [st.name for st in m.stages]
     assert "greedy fission" not in names and "Remat steps" in names
+    # where one simulation is cheap and no seed takes the time first, greedy fission runs (building the F-Tree)
+    monkeypatch.setattr("core.search.seeds.seed", lambda m, budget, first=0.0: Seeds())
     m2 = MOptimizer(gpt, COST)
+    m2.evaluator_seconds = 0.0
     m2.warm_start(4.0, seed_budget=2.0)
     assert "greedy fission" in [st.name for st in m2.stages] and m2._ftree is not None
     assert m2.ftree is m2._ftree  # built once
