@@ -29,11 +29,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from .analysis.lifetimes import resident_floor, storage_table
+from .analysis.lifetimes import largest_op, lower_bound, resident_floor, storage_table
 from .cost.devices import DEVICES
 from .cost.model import AnalyticCost
 from .fmt import format_bytes
-from .ir.graph import Graph, NodeKind, TensorKind, TRef
+from .ir.graph import Graph, TensorKind
 from .search.methods import METHODS
 from .search.plan import Plan, sim_options
 from .simulate import SimResult, simulate
@@ -121,25 +121,6 @@ def breakdown(g: Graph, sim: SimResult) -> dict[str, dict[str, int | None]]:
     return out
 
 
-def largest_op(g: Graph) -> dict[str, Any] | None:
-    """The op whose inputs and outputs together take the most device bytes (distinct storages, the
-    placeholders' left out: they are held all step anyway): ``{"name", "op", "bytes"}``; None for a
-    graph without ops.  Every plan that runs it whole and keeps the placeholders on the device
-    holds at least these bytes beside the placeholders'."""
-    best: tuple[int, int] | None = None
-    for node in g.ops():
-        refs = [*node.inputs(), *(TRef(node.id, j) for j in range(len(node.outputs)))]
-        roots = {g.storage_root(r) for r in refs}
-        size = sum(g.tensor(r).nbytes for r in roots
-                   if g.nodes[r.node].kind != NodeKind.PLACEHOLDER and g.tensor(r).device == "device")
-        if best is None or size > best[0]:
-            best = (size, node.id)
-    if best is None:
-        return None
-    node = g.nodes[best[1]]
-    return {"name": node.name, "op": node.op, "bytes": int(best[0])}
-
-
 def judged_on_reserved(device: str) -> bool:
     """Whether the verdict on ``device`` uses the caching allocator's reserved bytes (a GPU profile)
     rather than the live peak."""
@@ -204,16 +185,6 @@ def bounds(floor: int, floor_by_kind: dict[str, int], held: int, op: dict[str, A
         out.append({"bound": "largest_op", "bytes": int(held + op["bytes"]), "op": op["name"],
                     "op_bytes": op["bytes"], "held_bytes": int(held)})
     return out
-
-
-def lower_bound(g: Graph, resident: int) -> dict[str, int]:
-    """What no swap-free plan's peak goes below, as two bounds and their larger: the resident floor,
-    and the largest op's working set beside the ``resident`` bytes of the placeholders (the eager
-    simulation's ``memory.resident``).  ``peak - bound`` is the memory a plan could still remove."""
-    floor, _ = resident_floor(g)
-    op = largest_op(g)
-    largest = int(resident + op["bytes"]) if op is not None else int(resident)
-    return {"resident_floor": int(floor), "largest_op": largest, "bound": max(int(floor), largest)}
 
 
 def check_memory(memory: int) -> int:

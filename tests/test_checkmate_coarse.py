@@ -8,13 +8,12 @@ import pytest
 from core.ir.builder import GraphBuilder
 from core.ir.graph import Graph, TensorKind
 from core.search.methods import METHODS
-from core.search.peers.checkmate import formulate, problem, size, solve
+from core.search.peers.checkmate import coarse_problem, formulate, problem, size, solve
 from core.search.peers.coarsen import (
     BACKWARD,
     CAND,
     Grouping,
     coarse_decision,
-    coarse_problem,
     kinds,
     levels,
     module_groups,

@@ -176,7 +176,7 @@ def test_compare_under_the_compiled_cost_model(tmp_path):
     """``--cost compiled``: every method timed with Inductor's fusion (eager too, and faster than its
     eager kernels), the model recorded in the plan file; each row says the share of the budget used
     and of the reducible memory removed; a plan file of the other model is not merged into."""
-    from core.fit import lower_bound
+    from core.analysis.lifetimes import lower_bound
     from core.search.peers.common import traced_order
     from core.simulate import simulate
     from sample_graphs.store import load_sample_graph

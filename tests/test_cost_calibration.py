@@ -223,7 +223,7 @@ def test_calibrate_saves_a_profile_that_make_cost_loads(tmp_path):
 
 def test_cost_choice_names_and_devices():
     assert set(COST_MODELS) == {"analytic", "compiled", "calibrated", "measured"}
-    with pytest.raises(ValueError, match="unknown cost model 'roofline'; known: analytic, calibrated, measured"):
+    with pytest.raises(ValueError, match="unknown cost model 'roofline'; known: analytic, compiled, calibrated, measured"):
         check_cost("roofline")
     assert cost_device("analytic", "h100-sxm") == "h100-sxm"
     assert cost_device("measured") == "cpu"  # this machine (no GPU)
@@ -235,7 +235,7 @@ def _plan_meta(path):
     return json.loads(gzip.decompress(path.read_bytes()) if path.suffix == ".gz" else path.read_text())
 
 
-@pytest.mark.parametrize("cost", ["analytic", "calibrated", "measured"])
+@pytest.mark.parametrize("cost", ["analytic", "compiled", "calibrated", "measured"])
 def test_cli_optimize_records_the_cost_model(tmp_path, monkeypatch, capsys, cost):
     monkeypatch.setenv("MAGIS_CACHE", str(tmp_path / "cache"))
     out = tmp_path / "p.json"
@@ -243,15 +243,16 @@ def test_cli_optimize_records_the_cost_model(tmp_path, monkeypatch, capsys, cost
     assert rc == 0
     d = _plan_meta(out)
     assert d["meta"]["cost"] == cost
-    assert d["device"] == ("rtx3090" if cost == "analytic" else "cpu")
-    assert d["meta"]["cost_profile"] == {"analytic": "rtx3090", "calibrated": "cpu-calibrated", "measured": "cpu"}[cost]
+    assert d["device"] == ("rtx3090" if cost in ("analytic", "compiled") else "cpu")
+    assert d["meta"]["cost_profile"] == {"analytic": "rtx3090", "compiled": "rtx3090", "calibrated": "cpu-calibrated",
+                                         "measured": "cpu"}[cost]
     if cost == "calibrated":
         assert profile_path("cpu", tmp_path / "cache").exists()
         assert "calibrated cpu" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("args, words", [
-    (["--cost", "roofline"], "--cost: unknown cost model 'roofline'; known: analytic, calibrated, measured"),
+    (["--cost", "roofline"], "--cost: unknown cost model 'roofline'; known: analytic, compiled, calibrated, measured"),
     (["--cost", "measured", "--device", "rtx3090"], "whose profile is 'cpu', not 'rtx3090'"),
 ])
 def test_cli_bad_cost_is_one_line_exit_2(tmp_path, capsys, args, words):
@@ -319,7 +320,7 @@ def test_app_optimize_controls_offer_every_cost_model():
 
     dd = find(pareto_tab(), "opt-cost")
     assert dd is not None and dd.value == "analytic"
-    assert [o["value"] for o in dd.options] == ["analytic", "calibrated", "measured"]
+    assert [o["value"] for o in dd.options] == ["analytic", "compiled", "calibrated", "measured"]
 
 
 def _unet_tiny_and_its_micro_batches():

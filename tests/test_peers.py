@@ -13,7 +13,14 @@ from core.cost.model import AnalyticCost, CostModel
 from core.ir.builder import GraphBuilder
 from core.ir.graph import Graph, Node, TensorKind, TRef
 from core.search.methods import METHODS, PEER_FAMILIES, methods_of
-from core.search.peers.common import RematDecision, coarse_to_fine, forward_ops, make_plan, realise, two_instance_decision
+from core.search.peers.common import (
+    RematDecision,
+    coarse_to_fine,
+    forward_ops,
+    make_plan,
+    realise,
+    two_instance_decision,
+)
 from core.search.peers.dtr import BUDGETS, DTRSim
 from core.search.peers.sqrt_n import checkpoints
 from core.search.plan import Plan, check_order, replay

@@ -35,6 +35,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -332,3 +333,32 @@ def resident_floor(g: Graph) -> tuple[int, dict[str, int]]:
         if counted(s, False, True) == "resident" or s.kept:
             by_kind[s.kind] = by_kind.get(s.kind, 0) + s.nbytes
     return sum(by_kind.values()), dict(sorted(by_kind.items(), key=lambda kv: -kv[1]))
+
+
+def largest_op(g: Graph) -> dict[str, Any] | None:
+    """The op whose inputs and outputs together take the most device bytes (distinct storages, the
+    placeholders' left out: they are held all step anyway): ``{"name", "op", "bytes"}``; None for a
+    graph without ops.  Every plan that runs it whole and keeps the placeholders on the device
+    holds at least these bytes beside the placeholders'."""
+    best: tuple[int, int] | None = None
+    for node in g.ops():
+        refs = [*node.inputs(), *(TRef(node.id, j) for j in range(len(node.outputs)))]
+        roots = {g.storage_root(r) for r in refs}
+        size = sum(g.tensor(r).nbytes for r in roots
+                   if g.nodes[r.node].kind != NodeKind.PLACEHOLDER and g.tensor(r).device == "device")
+        if best is None or size > best[0]:
+            best = (size, node.id)
+    if best is None:
+        return None
+    node = g.nodes[best[1]]
+    return {"name": node.name, "op": node.op, "bytes": int(best[0])}
+
+
+def lower_bound(g: Graph, resident: int) -> dict[str, int]:
+    """What no swap-free plan's peak goes below, as two bounds and their larger: the resident floor,
+    and the largest op's working set beside the ``resident`` bytes of the placeholders (the eager
+    simulation's ``memory.resident``).  ``peak - bound`` is the memory a plan could still remove."""
+    floor, _ = resident_floor(g)
+    op = largest_op(g)
+    largest = int(resident + op["bytes"]) if op is not None else int(resident)
+    return {"resident_floor": int(floor), "largest_op": largest, "bound": max(int(floor), largest)}

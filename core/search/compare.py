@@ -17,9 +17,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..analysis.lifetimes import lower_bound
 from ..cost.choice import DEFAULT_COST, make_cost
 from ..cost.devices import DEFAULT_PROFILE
-from ..fit import lower_bound
 from ..ir.graph import Graph
 from ..simulate import simulate
 from .methods import METHODS, PEER_FAMILIES, methods_of, run_method
@@ -202,7 +202,7 @@ def compare(g: Graph, *, name: str | None = None, device: str = DEFAULT_PROFILE,
     ``time_budget`` s and each other within ``peer_budget`` (default: the same), every latency under
     cost model ``cost`` (``core.cost.choice``: ``analytic`` eager kernels, ``compiled`` Inductor's
     fusion): {"workload", "nodes", "device", "cost", "eager": {"peak", "latency"}, "bound" (the
-    lower bounds of ``core.fit.lower_bound``), "budgets" ({"magis": s, "peers": s}), "eager_plan",
+    lower bounds of ``analysis.lifetimes.lower_bound``), "budgets" ({"magis": s, "peers": s}), "eager_plan",
     "results": {method: MethodResult}}."""
     say = progress or (lambda _m: None)
     name = name or g.name

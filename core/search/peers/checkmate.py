@@ -140,7 +140,7 @@ class Problem:
     need: dict[Val, int]  # last stage at which an output can be needed
     need_op: list[int]
     resident: int
-    # a coarse problem (``coarsen.coarse_problem``): node i is the ops ``groups[i]``, holding up to
+    # a coarse problem (``coarse_problem``): node i is the ops ``groups[i]``, holding up to
     # ``work[i]`` bytes of its own while it runs; ``out_refs[i][j]``: the tensors of its output j (a
     # bundle).  None: per op
     groups: list[list[int]] | None = None
@@ -213,6 +213,15 @@ def assemble(ids, cst, outs, kept, reads, owners, base, cand, resident) -> Probl
                 need[(i, j)] = max(need[(i, j)], need[w])
             need_op[i] = max(need_op[i], need[(i, j)])
     return Problem(ids, cst, outs, kept, reads, owners, base, cand, need, need_op, resident)
+
+
+def coarse_problem(g: Graph, cost, grouping, backward_only: bool = False) -> Problem:
+    """Checkmate's problem on ``grouping`` (``coarsen``): node i is group i, with ``groups``,
+    ``granularity`` and the working sets ``work``."""
+    from .coarsen import coarse_parts
+
+    args, fields = coarse_parts(g, cost, grouping, backward_only)
+    return Problem(**{**assemble(*args).__dict__, **fields})
 
 
 class Lin:
@@ -690,7 +699,7 @@ class Checkmate(Peer):
         if n <= max_vars:
             return None
         if granularity == "auto":
-            from .coarsen import coarse_problem, coarsest
+            from .coarsen import coarsest
 
             grouping = coarsest(g)
             n = size(coarse_problem(g, cost, grouping))
@@ -712,7 +721,7 @@ class Checkmate(Peer):
         to the fewest segments -- else the coarsest (solved by the LP relaxation).  Raises OutOfTime
         past ``deadline``, Infeasible, or ValueError when nothing has at most ``max_vars`` R/S
         variables."""
-        from .coarsen import coarse_problem, levels
+        from .coarsen import levels
 
         def formulated(p: Problem) -> Chosen:
             f = formulate(p, deadline=deadline)
@@ -965,5 +974,5 @@ class Checkmate(Peer):
 
 
 __all__ = ["BUDGETS", "COARSE_MAX_VARS", "MAX_VARS", "MILP_MAX_VARS", "SPREAD", "THRESHOLDS", "TIGHTEN", "Checkmate",
-           "Problem", "Relaxation", "Solution", "assemble", "decision", "formulate", "grouping_of", "model_peak",
+           "Problem", "Relaxation", "Solution", "assemble", "coarse_problem", "decision", "formulate", "grouping_of", "model_peak",
            "problem", "r_given_s", "recompute_seconds", "relax", "round_s", "size", "solve"]

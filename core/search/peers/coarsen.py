@@ -156,11 +156,11 @@ def _own(t) -> int:
     return t.nbytes if t.alias is None and t.device == "device" else 0
 
 
-def coarse_problem(g: Graph, cost, grouping: Grouping, backward_only: bool = False):
-    """Checkmate's problem on ``grouping`` (module docstring): a ``checkmate.Problem`` whose node i
-    is group i, with ``groups``, ``granularity`` and the working sets ``work``."""
-    from .checkmate import Problem, assemble
-
+def coarse_parts(g: Graph, cost, grouping: Grouping, backward_only: bool = False) -> tuple[tuple, dict]:
+    """What Checkmate's problem on ``grouping`` is made of (module docstring): the arguments of
+    ``checkmate.assemble`` (node i is group i) and the coarse problem's own fields (``groups``,
+    ``granularity``, the working sets ``work``, ``out_refs``, ``recompute_from``);
+    ``checkmate.coarse_problem`` puts them together."""
     groups = grouping.groups
     gid = {v: i for i, grp in enumerate(groups) for v in grp}
     kind = kinds(g)
@@ -244,10 +244,10 @@ def coarse_problem(g: Graph, cost, grouping: Grouping, backward_only: bool = Fal
     cand = {i for i, grp in enumerate(groups) if all(kind[v] == CAND for v in grp) and any(v in ops_cand for v in grp)}
     work = [working_set(g, grp, exported, kept_roots) for grp in groups]
     resident = sum(_own(t) for p in g.placeholders() for t in p.outputs)
-    p = assemble([grp[0] for grp in groups], cst, outs, kept, reads, owners, base, cand, resident)
     back = next((i for i, grp in enumerate(groups) if kind[grp[0]] == BACKWARD), len(groups))
-    return Problem(**{**p.__dict__, "groups": [list(x) for x in groups], "granularity": grouping.name,
-                      "work": work, "out_refs": refs, "recompute_from": back if backward_only else 0})
+    return (([grp[0] for grp in groups], cst, outs, kept, reads, owners, base, cand, resident),
+            {"groups": [list(x) for x in groups], "granularity": grouping.name, "work": work, "out_refs": refs,
+             "recompute_from": back if backward_only else 0})
 
 
 def working_set(g: Graph, group: list[int], exported: set[TRef], kept_roots: set[TRef]) -> int:
@@ -320,5 +320,5 @@ def coarse_decision(g: Graph, groups: list[list[int]], chosen: set[tuple[int, in
     return RematDecision([(v, renum[(v, k)]) for v, k in keep], new_reads)
 
 
-__all__ = ["BACKWARD", "CAND", "FORWARD", "MIN_SEGMENTS", "Grouping", "coarse_decision", "coarse_problem",
+__all__ = ["BACKWARD", "CAND", "FORWARD", "MIN_SEGMENTS", "Grouping", "coarse_decision", "coarse_parts",
            "coarsest", "kinds", "levels", "module_groups", "segment_groups", "working_set"]
