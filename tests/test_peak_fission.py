@@ -45,7 +45,7 @@ def test_the_convexity_trim_drops_what_a_path_through_an_outside_op_reaches():
 def adopted(request):
     case = Case(request.param, torch.float64)
     m = MOptimizer(case.g, COST)
-    plans = [p for p in DTR().plans(case.g, COST, time_budget=30) if p.applications]
+    plans = [p for p in DTR().plans(case.g, COST, time_budget=30, refine=False) if p.applications]  # the grid's plans
     s = m.adopt(min(plans, key=lambda p: p.peak))
     assert s is not None
     return case, m, s
