@@ -5,6 +5,8 @@ test-artifacts/ (``7_own_model_peers.png`` is the one in assets/workflow/)."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from tests.browser_helpers import TIMEOUT, _cy, opened, pick_dropdown, shot, wait_cy_stable, wait_ready
@@ -24,24 +26,33 @@ def text(pg, sel: str) -> str:
     return pg.inner_text(sel).strip()
 
 
-GROUPS = _cy("cy.nodes('.group').map(n => [n.style('shape'), n.height()])")
+GROUPS_JS = "cy.nodes('.group').map(n => [n.style('shape'), n.height()])"
+GROUPS = _cy(GROUPS_JS)
 
 
 def test_a_model_switch_and_a_tab_round_trip_keep_the_groups_drawn_as_groups(page):
     pick_dropdown(page, "model", "vit_tiny")
     page.wait_for_function("() => document.querySelector('#summary').innerText.includes('vit_tiny')")
     wait_cy_stable(page, "graph")
-    before = page.evaluate(GROUPS, ["graph", None])
-    assert before and all(shape != "ellipse" and h == 40 for shape, h in before)  # a plain op: 16 px ellipse
+    # the groups once styled (a plain op is a 16 px ellipse; a group's box is 40 px high)
+    page.wait_for_function(_cy(f"(g => g.length > 0 && g.every(([s, h]) => s !== 'ellipse' && h === 40))({GROUPS_JS})"),
+                           arg=["graph", None], timeout=TIMEOUT)
+    before = sorted(page.evaluate(GROUPS, ["graph", None]))
     ops_before = page.evaluate(_cy("cy.nodes('.op').length"), ["domtree", None])
+    assert ops_before > 0
     page.click("text=Pareto frontier")
     page.wait_for_selector("#pareto .scatterlayer .trace", state="attached")  # the figure is drawn
     page.click("text=Memory analysis")
     wait_ready(page)
-    page.wait_for_function(_cy("cy.nodes('.group').length > 0"), arg=["graph", None], timeout=TIMEOUT)
-    after = page.evaluate(GROUPS, ["graph", None])
-    assert sorted(after) == sorted(before)  # same groups, same shapes (from the rendered style)
-    assert page.evaluate(_cy("cy.nodes('.op').length"), ["domtree", None]) == ops_before > 0
+    # same groups, same shapes (from the rendered style), and the same dominator tree, once redrawn
+    same = _cy(f"JSON.stringify({GROUPS_JS}.map(x => JSON.stringify(x)).sort()) === arg")
+    want = json.dumps(sorted(json.dumps(x, separators=(",", ":")) for x in before), separators=(",", ":"))
+    try:
+        page.wait_for_function(same, arg=["graph", want], timeout=TIMEOUT)
+    except Exception:  # the assertion below says what differs
+        pass
+    assert sorted(page.evaluate(GROUPS, ["graph", None])) == before
+    page.wait_for_function(_cy("cy.nodes('.op').length === arg"), arg=["domtree", ops_before], timeout=TIMEOUT)
     shot(page, "app_tab_round_trip")
 
 
