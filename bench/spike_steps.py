@@ -27,8 +27,9 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 from peak_fission import SLACK, SWAP_RULES, _fmt, _point, over_dtr_plans  # noqa: E402
 
-from core.search.moptimizer import SPIKE_RULES, MOptimizer  # noqa: E402
+from core.search.moptimizer import MOptimizer  # noqa: E402
 from core.search.peers.dtr import budget_plan  # noqa: E402
+from core.search.search_config import DEFAULT_CONFIG  # noqa: E402
 
 
 def _lowest(m: MOptimizer, start, slack: float | None = None):
@@ -38,7 +39,7 @@ def _lowest(m: MOptimizer, start, slack: float | None = None):
 
 
 def run_budget(g, cost, frac: float, free: dict, swap_s: float, spike_s: float, slacks: list[float], say,
-               rules: tuple[str, ...] = SPIKE_RULES) -> dict:
+               rules: tuple[str, ...] = DEFAULT_CONFIG.spike_rules) -> dict:
     m = MOptimizer(g, cost)
     s = m.adopt(budget_plan(g, cost, frac, free))
     if s is None:
@@ -90,7 +91,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--spike-seconds", type=float, default=30.0)
     ap.add_argument("--from", dest="slacks", default="1.08,1.09,1.10",
                     help="latency slacks (x eager's) of the states the spike steps start from")
-    ap.add_argument("--rules", default=",".join(SPIKE_RULES), help="the spike steps' rules (fission: F-Trans "
+    ap.add_argument("--rules", default=",".join(DEFAULT_CONFIG.spike_rules), help="the spike steps' rules (fission: F-Trans "
                     "of windows around the spike, peak_fission.peak_windows)")
     ap.add_argument("--device", default="rtx3090")
     ap.add_argument("--tiny", action="store_true", help="the model's tiny variant (a smoke test)")

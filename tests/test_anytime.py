@@ -86,7 +86,7 @@ def test_no_seed_no_quick_swap_phase(gpt, monkeypatch):
     m = MOptimizer(gpt, COST)
     m.warm_start(2.0)
     assert not any(st.name.endswith("from the seeds") for st in m.stages)
-    assert moptimizer.QUICK_SWAP_SHARE > 0
+    assert moptimizer.DEFAULT_CONFIG.quick_swap_share > 0
 
 
 def test_a_rebudgeted_dtr_run_is_a_fresh_run(gpt):

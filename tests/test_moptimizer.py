@@ -79,16 +79,16 @@ def test_the_search_meets_a_memory_limit_on_the_mlp_and_its_plan_replays():
 
 
 def test_the_sweep_searches_the_widest_gap_and_below_its_lowest_point():
-    """Frontier peaks 1000, 900, 500 (with FLOOR = 0.8): the gap 900 -> 500 (1.8x) is searched first,
+    """Frontier peaks 1000, 900, 500 (with ``config.floor`` = 0.8): the gap 900 -> 500 (1.8x) is searched first,
     at 700 from the 900 state; then below the lowest point (1.25x): at 400, from the 500 state; then
-    1000 -> 900 (1.11x) at 950; then nothing is left wider than MIN_GAP."""
+    1000 -> 900 (1.11x) at 950; then nothing is left wider than ``config.min_gap``."""
     from core.search import moptimizer as mo
 
     g, _ = mlp()
     m = MOptimizer(g)
     a, b, c = _s(1000, 1.0), _s(900, 1.1), _s(500, 1.5)
     m.pareto_archive.items = [a, b, c]
-    assert mo.FLOOR == 0.8
+    assert mo.DEFAULT_CONFIG.floor == 0.8
     tried: set[int] = set()
     got = []
     while (gap := m._widest_gap(tried)) is not None:
@@ -325,7 +325,7 @@ def test_batch_fission_plans_reproduce_eager_pytorch():
 
 
 def test_spaced_first_takes_the_spaced_states_first_then_the_rest_in_order():
-    from core.search.moptimizer import spaced_first
+    from core.search.warm_start import spaced_first
 
     assert spaced_first(9, 3) == [0, 4, 8, 1, 2, 3, 5, 6, 7]
     assert spaced_first(5, 24) == [0, 1, 2, 3, 4]

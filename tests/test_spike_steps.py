@@ -7,6 +7,7 @@ and its exported script matches eager PyTorch (float64)."""
 
 from __future__ import annotations
 
+import dataclasses
 import numpy as np
 import pytest
 import torch
@@ -135,7 +136,7 @@ def test_the_warm_start_hands_what_its_swap_steps_leave_to_the_spike_steps(monke
 
     def spikes(self, s, time_budget, **kw):
         calls.append((s, time_budget))
-        assert s.latency <= max(moptimizer.SWAP_FROM) * self.root.latency
+        assert s.latency <= max(moptimizer.DEFAULT_CONFIG.swap_from) * self.root.latency
         return real_spikes(self, s, time_budget, **kw)
 
     monkeypatch.setattr(MOptimizer, "remat_steps", steps)
@@ -148,9 +149,9 @@ def test_the_warm_start_hands_what_its_swap_steps_leave_to_the_spike_steps(monke
 
 def test_under_a_latency_limit_spike_steps_start_below_it_and_lower_the_peak():
     """``spikes_within``: spike steps from the archive's lowest-peak states at each of
-    ``SPIKE_FROM`` below the limit; on the two equal blocks, the peak falls from 80 B to 70 B
+    ``config.spike_from`` below the limit; on the two equal blocks, the peak falls from 80 B to 70 B
     within the limit."""
-    from core.search.moptimizer import SPIKE_FROM, spikes_within
+    from core.search.moptimizer import DEFAULT_CONFIG, spikes_within
 
     g = two_equal_blocks()
     m = MOptimizer(g, COST, order=[n.id for n in g.ops()])
@@ -169,7 +170,7 @@ def test_under_a_latency_limit_spike_steps_start_below_it_and_lower_the_peak():
     m2 = MOptimizer(g, COST, order=[n.id for n in g.ops()])
     MOptimizer.spike_steps = spy
     try:
-        spikes_within(m2, 5.0, m2.root.latency * (1 + max(SPIKE_FROM)))
+        spikes_within(m2, 5.0, m2.root.latency * (1 + max(DEFAULT_CONFIG.spike_from)))
     finally:
         MOptimizer.spike_steps = real
     assert calls == [m2.root]
@@ -201,19 +202,19 @@ def test_the_pareto_mode_runs_spike_steps_below_ten_percent_where_its_budget_is_
 
     g = load_sample_graph("bert_tiny")
     ops = len(g.ops())
-    monkeypatch.setattr(moptimizer, "PARETO_SPIKE_SECONDS", 4000 / ops)  # 4 s on this graph
-    assert moptimizer.pareto_spikes(g, 4.0) and not moptimizer.pareto_spikes(g, 3.9)
+    config = dataclasses.replace(moptimizer.DEFAULT_CONFIG, pareto_spike_seconds=4000 / ops)  # 4 s on this graph
+    assert moptimizer.pareto_spikes(g, 4.0, config) and not moptimizer.pareto_spikes(g, 3.9, config)
     calls, warms = [], []
     real, warm_start = moptimizer.spikes_within, moptimizer.MOptimizer.warm_start
     monkeypatch.setattr(moptimizer, "spikes_within",
                         lambda m, t, limit: calls.append(limit / m.root.latency) or real(m, t, limit))
     monkeypatch.setattr(moptimizer.MOptimizer, "warm_start",
                         lambda self, t, seed=None, quick=True: warms.append(t) or warm_start(self, t, seed, quick))
-    pf = moptimizer.optimize(g, pareto=True, time_budget=3.0)
-    assert calls == [] and warms == [pytest.approx(moptimizer.WARM * 3.0)]
+    pf = moptimizer.optimize(g, pareto=True, time_budget=3.0, config=config)
+    assert calls == [] and warms == [pytest.approx(config.warm * 3.0)]
     assert pf.meta["mode"] == "pareto" and len(pf.points) >= 2
     warms.clear()
-    pf = moptimizer.optimize(g, pareto=True, time_budget=4.0)
-    assert calls == [pytest.approx(moptimizer.PARETO_SPIKES)] and warms == [pytest.approx(moptimizer.LATENCY_WARM * 4.0)]
+    pf = moptimizer.optimize(g, pareto=True, time_budget=4.0, config=config)
+    assert calls == [pytest.approx(config.pareto_spikes)] and warms == [pytest.approx(config.latency_warm * 4.0)]
     eager = pf.points[-1]
     assert any(p.latency <= 1.1 * eager.latency and p.peak < eager.peak for p in pf.points[:-1])

@@ -27,12 +27,13 @@ from ..cost.model import CostModel
 from ..fmt import format_bytes
 from ..ir.graph import Graph
 from ..schedule.swap_planner import SwapPlan, SwapProblem, plan_swaps
-from .moptimizer import optimize, spaced_first
+from .moptimizer import optimize
 from .peers.base import Method
 from .peers.common import Failure
 from .peers.swapadvisor import FRACTIONS, limits_of, plan_of
 from .plan import Plan, replay
 from .swapadvisor import SwapAdvisorGA, allocation_of
+from .warm_start import spaced_first
 
 POOL_SHARE = 0.5  # of the budget: the planner and the GA on MAGIS's bases (the rest: the Pareto sweep)
 BASES = 16  # frontier states tried with the planner per limit (evenly spaced by peak)

@@ -34,72 +34,21 @@ from ..analysis.ftree import LEVELS, build_ftree
 from ..cost.devices import DEFAULT_PROFILE
 from ..cost.model import AnalyticCost, CostModel
 from ..fmt import format_bytes
-from ..ir.graph import Graph, NodeKind, TRef
+from ..ir.graph import Graph
 from ..metrics import Metrics
 from ..schedule import get_scheduler
-from ..transform.fission import Fission
 from ..transform.ftree_rules import FTreeRule
 from ..transform.registry import FTREE_FAMILY, TENSOR_FAMILIES, families, rules_of
 from ..transform.rule import Application, RuleNotApplicable
 from ..transform.substitution import SUBSTITUTIONS
-from ..transform.swap import Reissue
-from .delta import Child, DeltaEvaluator
+from .delta import DeltaEvaluator
 from .limits import MemoryLimit
 from .mstate import MState
 from .pareto import FRONT, ParetoArchive, vector
 from .plan import Plan
+from .search_config import DEFAULT_CONFIG, SearchConfig
+from .warm_start import WarmStart, low_end, pareto_spikes, spikes_within
 
-DELTA = 1.1  # relaxation of the push test (paper)
-HOT = 6  # hot-spot tensors the tensor rules (remat, swap) are matched on per state
-MIN_GAP = 0.05  # the Pareto sweep searches frontier gaps wider than 5% in peak
-MIN_GAP_SEARCH = 1.0  # seconds: a shorter remainder of the budget is not spent on a gap
-FLOOR = 0.8  # the Pareto sweep also searches below its lowest point, at this fraction of its peak
-# optimize's share of the budget for the warm start: btlm_3b at +10%, 0.3 -> 0.5: 0.467x -> 0.373x;
-# 0.5 -> 0.65: 0.360x -> 0.337x (its swap steps' time); bert_base, gpt_neo_1_3b, resnet50, unetpp unchanged
-WARM = 0.65
-LATENCY_WARM = 0.4  # ... under a latency limit, where the spike steps (spikes_within) take most of the rest
-REMAT_SHARE = 0.3  # the warm start's Remat steps get at least this share of its budget
-REMAT_CANDIDATES = 16  # kinds of hot-spot (producer op, shape, dtype) a full Remat scan of the warm start tries
-REMAT_SMALL = 8  # a scan skips hot-spots under 1/8 of the largest it can lower the peak by (a step each)
-LAZY = 2.0  # remat_steps commits a scan's next child while its latency per byte is within 2x the best
-SWAP_SHARE = 0.25  # the warm start's share for Swap steps (resnet50 at <= 10%: 0.529x -> 0.442x)
-SWAP_FROM = (1.05, 1.10)  # Swap steps start from the lowest-peak state within +5% and within +10% latency
-LOW_END_SHARE = 0.5  # a memory limit below every state of the warm start: this share of what is left goes to ``low_end``
-LOW_END_BUDGETS = (1.08, 1.07, 1.06, 1.05, 1.04)  # ``low_end``'s DTR budgets, x the memory limit, tried down to the first that fails
-SPIKE_TOL = 0.004  # spike_steps works on the spikes within 0.4% (of the imported peak) of the working peak
-SPIKE_SEP = 100  # ... at least this many steps apart
-SPIKE_WIDTH = 30  # a child is judged by the most its curve holds at the ops within 30 steps of the spike
-SPIKE_CANDIDATES = 10  # the largest tensors alive at the spike that the rules are matched on
-SPIKE_RULES = ("swap", "swap_late", "swap_output", "remat", "remat_chain")
-SPIKE_SHARE = 0.75  # under a latency limit, this share of what the warm start leaves goes to spike steps (spikes_within)
-SPIKE_SWAP_SHARE = 0.3  # ... each start's Swap steps first (copies that overlap compute), with this share of the time left
-SPIKE_FROM = (0.05, 0.03, 0.01)  # ... from the lowest-peak states this far below the limit (x the imported latency)
-# the Pareto mode's spike steps (spikes_within, SPIKE_SHARE of what the warm start leaves) run below this
-# latency (x the imported); SD-1.x UNet at <= 10%, 180 s: 0.427x without, 0.405x with half of it, 0.393x with 0.75
-PARETO_SPIKES = 1.10
-# ... where the budget is at least this many seconds per thousand ops (then the warm start gets LATENCY_WARM):
-# at 20 s (4-20 s per thousand ops) a shorter warm start cost more than the spike steps gave (SD UNet 0.499x ->
-# 0.597x, DeiT 0.401x -> 0.474x, EfficientNet 0.388x -> 0.476x); at 40 s per thousand ops DiT 0.519x -> 0.503x
-PARETO_SPIKE_SECONDS = 30.0
-SPIKE_MIN_SECONDS = 0.5  # the warm start's Swap steps that end this much before their share hand it to spike_steps
-# the seeds' runs (``seeds.seed``; adopting them comes on top) before the warm start, this fraction of the
-# warm start's budget on top of it (out of the sweep's share): at 60 s, btlm_3b at +10% 0.370x -> 0.291x
-# against seeds taken out of the warm start's own budget; 20 s, t5 0.640x -> 0.506x; bert_base, resnet50 unchanged
-SEED_SHARE = 0.45
-# the first slack's DTR bisection (the plan within +10%) may take up to this share of the warm start and
-# seeds together, more than the seeds' share where a DTR run is long (9k ops at 10 s; 100k ops at 30 s,
-# where one run takes ten seconds and its plan is the only point within reach); on short graphs the
-# bisection ends in a few runs long before it
-SEED_FIRST = 0.8
-# anytime: Swap steps from the adopted seeds get this share of the warm start before greedy fission, so a
-# short search has MAGIS's own steps on its best points (the Swap steps at the end go on from where they end)
-QUICK_SWAP_SHARE = 0.2
-# greedy fission runs where its share is at least this many times the evaluator's construction (about one
-# simulation of the graph): the F-Tree and each candidate's full simulation cost several of them
-GREEDY_MIN = 10.0
-BATCH_SHARE = 0.2  # the warm start's share for micro-batch F-Trans along its Remat chain (batch_fission)
-BATCH_DEPTHS = 24  # states of the Remat chain that batch_fission splits first (evenly spaced)
-BATCH_SLOW = 1.8  # batch_fission skips states and parts beyond this latency (x the imported graph's)
 # the substitution rules of the search with ``substitutions``: every A-Trans valid on a training step
 # and the common-subexpression identities that make merges possible (one flatten of Q/K/V's input)
 SEARCH_SUBSTITUTIONS = tuple(s.name for s in SUBSTITUTIONS if s.training and (s.kind == "A-Trans" or s.name.startswith("cse_")))
@@ -183,12 +132,13 @@ class Objective:
         return m[k] <= delta * best[k]
 
 
-class MOptimizer:
-    """Algorithm 3 over one imported graph (its F-Tree built once, L = ``levels``)."""
+class MOptimizer(WarmStart):
+    """Algorithm 3 over one imported graph (its F-Tree built once, L = ``levels``), tuned by
+    ``config``; its warm start (``warm_start.WarmStart``) is the project's own."""
 
     def __init__(self, g: Graph, cost: CostModel | None = None, order: list[int] | None = None,
-                 levels: int = LEVELS, rules: tuple[str, ...] | None = None, delta: float = DELTA,
-                 hot: int = HOT, substitutions: bool = False) -> None:
+                 levels: int = LEVELS, rules: tuple[str, ...] | None = None, delta: float | None = None,
+                 hot: int | None = None, substitutions: bool = False, config: SearchConfig = DEFAULT_CONFIG) -> None:
         self.created = time.perf_counter()
         self.stages: list[Stage] = []  # what each stage of the run took and gave (``stage``)
         self.on_stage: Callable[[Stage], None] | None = None  # told each stage as it ends (``optimize``)
@@ -207,7 +157,9 @@ class MOptimizer:
         table.update({k: r for k, r in rules_of(*families()).items() if k in names})
         if "ftree" in names:
             table["ftree"] = FTreeRule(lambda: self.ftree)
-        self.delta, self.hot = delta, hot
+        self.config = config
+        self.delta = config.delta if delta is None else delta
+        self.hot = config.hot if hot is None else hot
         self.ev = DeltaEvaluator(g.copy(), self.order, self.cost, rules=table)
         self.root = self.ev.root
         self.seen: set[int] = {self.root.hash}
@@ -310,355 +262,6 @@ class MOptimizer:
         self.adopted[s] = f"{plan.method} {plan.label}".strip()
         return s
 
-    def warm_start(self, time_budget: float, seed_budget: float | None = None, quick: bool = True) -> MState:
-        """A start state many steps from the root, where single steps rarely lower a peak made of
-        many equal layers: the greedy fission pass (``greedy.greedy_fission``: the best-scoring
-        F-Tree nodes enabled while they lower the peak; the F-Tree's big regions are many Enable /
-        Lift steps away) with up to 1 - ``REMAT_SHARE`` of the budget (it stops early when no node
-        lowers the peak; the nodes' other n that lowered the peak enter the archive as well), then
-        Remat steps on the result (``remat_steps``) with half of what is left but ``SWAP_SHARE``
-        -- the lever where fission cannot split the saved activations (batch norm couples the
-        batch of a CNN) -- and Remat steps from the imported graph with the other half (a fission
-        node over the whole training step leaves nothing to recompute at its peak), then, with
-        ``BATCH_SHARE``, the whole step's F-Trans along the batch at states of that last Remat
-        chain (``batch_fission``: micro-batching of a partly recomputed step).  Last, Swap
-        steps (the same steps with the Swap and SwapLate rules) from the archive's lowest-peak
-        states within each latency slack of ``SWAP_FROM``: a swap whose copies overlap compute
-        lowers the peak at no latency, but once a graph has copies every child is simulated in
-        full, so swaps come after the delta-evaluated Remat chains rather than among them.  Swap
-        steps that stop before their share is spent (no child lowers the peak: separate parts of the
-        schedule peak at one height) hand the rest to ``spike_steps`` from the lowest-peak state
-        they reached within the same slack.  Every state on the way enters the Pareto archive;
-        the fission chain's end is returned.  Before
-        all of these, with ``seed_budget`` seconds on top of ``time_budget`` (default:
-        ``SEED_SHARE`` of it; what they overrun comes out of ``time_budget``), DTR's plans at a
-        series of budgets and those of offloading with checkpointing are adopted as seeds
-        (``seeds.seed``): on graphs of thousands of ops the Remat steps alone reach their peaks
-        too slowly."""
-        from .greedy import alternatives, greedy_fission
-        from .seeds import seed
-
-        t0 = time.perf_counter()
-        budget = SEED_SHARE * time_budget if seed_budget is None else seed_budget
-        self.seeds = seed(self, budget, first=SEED_FIRST * (time_budget + budget))
-        time_budget = max(0.0, time_budget - max(0.0, time.perf_counter() - t0 - budget))  # what the seeds overran
-        t0 = time.perf_counter()
-        if self.cancelled():
-            return self.root
-        if quick and self.seeds.adopted:  # anytime: MAGIS's own steps on the seeds before the longer phases
-            self.swap_phase(QUICK_SWAP_SHARE * time_budget, "from the seeds")
-        time_budget = max(0.0, time_budget - (time.perf_counter() - t0))
-        t0 = time.perf_counter()
-        s = self.root
-        share = (1 - REMAT_SHARE) * time_budget
-        if share >= GREEDY_MIN * self.evaluator_seconds and not self.cancelled():  # else it would spend its share on the F-Tree alone
-            with self.stage("greedy fission"):
-                res = greedy_fission(self.imported, self.order, self.cost, time_budget=share, ftree=self.ftree)
-                s = self.seed(res.applications, alternatives(res))
-        # whether the batch splits is a look at the whole graph (seconds on 100k ops): asked only where
-        # the batch F-Trans's share could pay for an evaluation or two
-        batch = BATCH_SHARE if BATCH_SHARE * time_budget >= GREEDY_MIN * self.evaluator_seconds \
-            and self.batch_splits() else 0.0
-        rest = 1 - SWAP_SHARE - batch  # the Remat steps' share; the batch F-Trans's comes after it
-        with self.stage("Remat steps from greedy fission" if s is not self.root else "Remat steps"):
-            end = chain = self.remat_steps(s, (time_budget * rest - (time.perf_counter() - t0)) / 2)
-        if self.cancelled():
-            return end
-        if s is not self.root:  # fission can leave the peak where no tensor is recomputable
-            with self.stage("Remat steps from the imported graph"):
-                chain = self.remat_steps(self.root, time_budget * rest - (time.perf_counter() - t0))
-        if batch:  # (where the batch does not split, going back to the root alone costs seconds)
-            with self.stage("batch fission"):
-                self.batch_fission(chain, time_budget * (1 - SWAP_SHARE) - (time.perf_counter() - t0))
-        if not self.cancelled():
-            self.swap_phase(time_budget - (time.perf_counter() - t0))
-        return end
-
-    def swap_phase(self, time_budget: float, where: str = "") -> None:
-        """Swap steps (``remat_steps`` with the Swap and SwapLate rules) from the archive's
-        lowest-peak state within each latency slack of ``SWAP_FROM``, ``time_budget`` shared between
-        them; a start whose Swap steps stop before its share is spent hands the rest to
-        ``spike_steps`` from the lowest-peak state they reached within the same slack."""
-        t0 = time.perf_counter()
-        base = self.root.latency
-        starts: list[tuple[MState, float]] = []
-        for slack in SWAP_FROM:
-            ok = [a for a in self.archive if a.latency <= slack * base]
-            best = min(ok, key=lambda a: (a.peak, a.latency), default=None)
-            if best is not None and best not in (s for s, _ in starts):
-                starts.append((best, slack))
-        for i, (st, slack) in enumerate(starts):
-            share = (time_budget - (time.perf_counter() - t0)) / (len(starts) - i)
-            if share <= 0 or self.cancelled():
-                break
-            t1 = time.perf_counter()
-            with self.stage(f"Swap steps within +{slack - 1:.0%} {where}".strip()):
-                self.remat_steps(st, share, step_rules=("swap", "swap_late"))
-            rest = share - (time.perf_counter() - t1)
-            if rest > SPIKE_MIN_SECONDS:  # the Swap steps stopped early: no child lowers the peak
-                ok = [st] + [a for a in self.archive if a.latency <= slack * base and st in a.path()]
-                with self.stage(f"spike steps within +{slack - 1:.0%} {where}".strip()):
-                    self.spike_steps(min(ok, key=lambda a: (a.peak, a.latency)), rest)
-
-    def batch_splits(self) -> bool:
-        """Whether the imported graph's batch splits (``peers.microbatch.batch_split``): where it
-        does not, no state of a Remat chain splits, and ``batch_fission``'s share of the warm
-        start goes to the Remat steps."""
-        from .peers.microbatch import batch_split
-
-        if self._batch_splits is None:
-            self._batch_splits = batch_split(self.imported, self.order)[0] is not None
-        return self._batch_splits
-
-    def batch_fission(self, end: MState, time_budget: float, depths: int = BATCH_DEPTHS,
-                      slow: float = BATCH_SLOW) -> list[MState]:
-        """Micro-batching with MAGIS's own recomputation: the F-Trans of the whole training step
-        along the batch (``peers.microbatch.batch_split``: S = every op the input's batch reaches,
-        each of the n parts running S in the state's schedule, so a recomputed copy runs just
-        before its backward reader in every part) from states of the Remat chain that ends at
-        ``end`` (Remat steps from the imported graph, ``remat_steps``): ``depths`` of them evenly
-        spaced (the imported graph first), then, while the budget lasts, the states between them
-        from the imported graph on (``spaced_first``: the shallow states' splits are the points at
-        small overheads, where a point may sit between two spaced states -- unetpp's n = 4 split
-        of the chain's fourth state is 0.22x at +9.5%, its spaced neighbours' +8.5% and +10.0%),
-        each split in every n that divides the batch.
-        A whole-step F-Trans leaves each part's activations, so recomputing some of them first
-        lowers every part's peak: the points that neither Remat nor micro-batching alone reach.
-        The F-Tree cannot express it (its nodes are the imported graph's, without the copies).
-        States and parts slower than ``slow`` x the imported latency are skipped.  Every child
-        enters the archive; none becomes the working state; returns them (chain order, n
-        ascending).  Graphs whose batch does not split (training batch norm, data-dependent
-        indexing) are left after one check."""
-        from .peers.microbatch import batch_split
-
-        t0 = time.perf_counter()
-        ev = self.ev
-        out: list[tuple[int, MState]] = []
-        chain = list(dict.fromkeys(s for s in [self.root, *end.path()] if s.latency <= slow * self.root.latency))
-        for i in spaced_first(len(chain), depths):
-            if time.perf_counter() - t0 > time_budget:
-                break
-            s = chain[i]
-            ev.goto(s)
-            split, _ = batch_split(ev.g, ev.order)
-            if split is None:
-                if s is self.root:  # the batch stops (batch norm): no state of the chain splits
-                    break
-                continue
-            for n in split.divisors():
-                if time.perf_counter() - t0 > time_budget:
-                    break
-                try:
-                    c = ev.evaluate(Fission.ordered_application(n, split.comp, split.nodes))
-                except RuleNotApplicable:
-                    continue
-                if c.hash not in self.seen:
-                    self.seen.add(c.hash)
-                    out.append((i, ev.child_state(c)))
-                    self._archive(out[-1][1])
-                if c.latency > slow * self.root.latency:  # more parts only cost more
-                    break
-        return [c for _, c in sorted(out, key=lambda ic: ic[0])]
-
-    def remat_steps(self, s: MState, time_budget: float, candidates: int = REMAT_CANDIDATES,
-                    step_rules: tuple[str, ...] | None = None) -> MState:
-        """From ``s``, commit one Remat or RematChain (or one of ``step_rules``) per step, the child
-        that lowers the peak at the least latency per byte saved, until none lowers it or the budget
-        ends; returns the last state.  A many-layer model has the same tensor in every layer and
-        needs hundreds of steps, so the steps go by kind (producer op, shape, dtype): a full scan
-        tries the largest hot-spot of each of up to ``candidates`` kinds that some rule applies to
-        (down to 1 / ``REMAT_SMALL`` of the largest whose child lowers the peak: smaller ones take
-        as many steps for less); then, kind by kind in the scan's order (cheapest first), the
-        largest hot-spot left of the kind is tried, one tensor per step, and committed while it
-        lowers the peak at no more than ``LAZY`` x the scan's best latency per byte; when no kind of
-        the scan does, the next full scan starts."""
-        rules = [self.ev.rules[k] for k in step_rules or ("remat", "remat_chain") if k in self.ev.rules]
-        if not rules:
-            return s
-        t0 = time.perf_counter()
-        ev = self.ev
-        ev.goto(s)
-
-        def kind(ref: TRef) -> tuple:
-            node = ev.g.nodes[ref.node]
-            t = node.outputs[ref.index]
-            return node.op, tuple(t.shape), t.dtype
-
-        def matched(ref: TRef, where) -> list[Application]:
-            return [a for r in rules for a in r.match(ev.g, [ref], where)]
-
-        ranked: list[tuple] = []  # the kinds of the last full scan, cheapest first
-        bar = 0.0
-        while time.perf_counter() - t0 < time_budget:
-            if ranked:  # the largest hot-spot left of the scan's cheapest kind still in play
-                ref = next((k for k in ev.hotspots() if k.index >= 0 and kind(k) == ranked[0]), None)
-                got = self._cheapest(matched(ref, ev.where()), t0 + time_budget) if ref is not None else None
-                if got is not None and got[0][0] <= LAZY * bar:
-                    self._take(got[1])
-                else:
-                    ranked.pop(0)
-                continue
-            where = ev.where()
-            kinds: set[tuple] = set()
-            scored = []
-            floor = 0
-            for ref in ev.hotspots():  # weights, gradients, optimizer state: no application, skipped
-                if len(kinds) >= candidates or time.perf_counter() - t0 > time_budget:
-                    break
-                if ref.index < 0 or ev.g.nodes[ref.node].kind == NodeKind.PLACEHOLDER:
-                    continue
-                kd = kind(ref)
-                if kd in kinds:
-                    continue
-                if ev.intervals[ref][2] < floor:  # hot-spots are largest first: the rest is smaller
-                    break
-                apps = matched(ref, where)
-                if apps:
-                    kinds.add(kd)
-                    got = self._cheapest(apps, t0 + time_budget)
-                    if got is not None:
-                        floor = floor or ev.intervals[ref][2] // REMAT_SMALL
-                        scored.append((got[0], kd, got[1]))
-            if not scored:
-                break
-            scored.sort(key=lambda x: x[0])
-            bar = max(scored[0][0][0], 1e-12)
-            self._take(scored[0][2])
-            ranked = [kd for _, kd, _ in scored]
-        return ev.state
-
-    def _cheapest(self, apps: Sequence[Application], deadline: float,
-                  gain: Callable[[Child], int] | None = None) -> tuple[tuple[float, int], Child] | None:
-        """The child that lowers the working state's peak (or gets the most of ``gain``: bytes a
-        child saves, 0 or less for none) at the least latency per byte among ``apps`` (those
-        evaluated before ``deadline``), with its key (latency per byte, peak)."""
-        ev = self.ev
-        here, out = ev.state, None
-        for app in apps:
-            if time.perf_counter() > deadline:
-                break
-            try:
-                c = ev.evaluate(app)
-            except RuleNotApplicable:
-                continue
-            saved = here.peak - c.peak if gain is None else gain(c)
-            if saved <= 0 or c.hash in self.seen:
-                continue
-            key = (max(c.latency - here.latency, 0.0) / saved, c.peak)
-            if out is None or key < out[0]:
-                out = (key, c)
-        return out
-
-    def _take(self, c: Child) -> None:
-        """Commit child ``c``: it becomes the working state and enters the archive; on a graph with
-        copies, then the LOADs it leaves late are re-issued (``_reissue``)."""
-        child = self.ev.child_state(c)
-        self.ev.commit(child)
-        self.seen.add(child.hash)
-        self._archive(child)
-        if self.ev.storages.copy_nodes:
-            self._reissue()
-
-    def _reissue(self) -> None:
-        """Commit ``Reissue`` of the working schedule's LOADs where it lowers the latency and leaves
-        the peak where it is: a swap places its LOAD after the peak steps of its day, and once later
-        steps lower them the LOAD holds up compute for nothing (on the SD-1.x UNet, 1.6% of the
-        step at 0.418x)."""
-        ev = self.ev
-        if Reissue.name not in ev.rules:
-            return
-        loads = ev.loads()
-        if not loads:
-            return
-        here = ev.state
-        try:
-            c = ev.evaluate(Application(Reissue.name, tuple(loads)))
-        except RuleNotApplicable:
-            return
-        if c.latency < here.latency and c.peak <= here.peak:
-            child = ev.child_state(c)
-            ev.commit(child)
-            self._archive(child)
-
-    def peak_fission_steps(self, s: MState, time_budget: float) -> MState:
-        """From ``s``, commit one F-Trans of a window around the peak step per step
-        (``peak_fission.peak_windows``: regions of the state's own graph, such as a recomputed
-        block with its backward), the child that lowers the peak at the least latency per byte,
-        until none lowers it or the budget ends; returns the last state.  Not a phase of the warm
-        start: on the SD-1.x UNet it lowers the frontier's low end (DTR's 0.44 plan, 0.439x at
-        +12.6%, to 0.416x at +13.4%: ``bench/peak_fission.py``) but adds nothing within +10%, and
-        a share of a 20 s warm start given to it cost the other phases more than it gave
-        (``low_end`` uses it under a memory limit the warm start misses)."""
-        from .peak_fission import peak_windows
-
-        deadline = time.perf_counter() + time_budget
-        ev = self.ev
-        ev.goto(s)
-        while time.perf_counter() < deadline:
-            peaks = ev.where().peaks
-            if not peaks:
-                break
-            got = self._cheapest(peak_windows(ev.g, ev.order, peaks[0]), deadline)
-            if got is None:
-                break
-            self._take(got[1])
-        return ev.state
-
-    def spike_steps(self, s: MState, time_budget: float, tol: float = SPIKE_TOL, sep: int = SPIKE_SEP,
-                    width: int = SPIKE_WIDTH, candidates: int = SPIKE_CANDIDATES,
-                    step_rules: tuple[str, ...] = SPIKE_RULES, latency_cap: float | None = None) -> MState:
-        """From ``s``, lower the spikes of the curve one at a time (``spikes.spikes``: local maxima
-        within ``tol`` of the imported peak below the working peak, ``sep`` steps apart), highest
-        first: per step, the rules of ``step_rules`` matched on the ``candidates`` largest tensors
-        alive at the spike, each child evaluated against that spike (``DeltaEvaluator.focused``)
-        and kept when it lowers the spike without raising the peak; the one of least latency per
-        byte the spike goes down is committed (none above ``latency_cap`` seconds).  With
-        ``"fission"`` among ``step_rules``, a spike no rule lowers is offered F-Trans of windows
-        around it (``peak_fission.peak_windows``).  A spike no child lowers is left for the rest of
-        the run.  Where ``remat_steps`` stops because two parts of the schedule peak at the same
-        height, the peak falls once each of them is lowered.  Returns the last state.  On the
-        SD-1.x UNet, from the Swap steps' states within +8-10% of DTR's 0.53 plan, it lowers the
-        lowest point within +10% from 0.436x to 0.395x (``bench/spike_steps.py``; SwapOutput takes
-        gradients off the device under the late spikes).  The warm start runs it only where its
-        Swap steps end early: a fixed 10% share of a 20 s warm start cost them more than it gave on
-        6 of 19 zoo models."""
-        from .peak_fission import peak_windows
-        from .spikes import spikes
-
-        rules = [self.ev.rules[k] for k in step_rules if k in self.ev.rules and k != Fission.name]
-        deadline = time.perf_counter() + time_budget
-        ev = self.ev
-        ev.goto(s)
-        stuck: set[int] = set()  # the ops of spikes no child lowered
-        while (rules or Fission.name in step_rules) and time.perf_counter() < deadline:
-            curve = ev.curve
-            top = int(curve.max()) if len(curve) else 0
-            todo = [p for p in spikes(curve, top - tol * self.root.peak, sep) if ev.order[p] not in stuck]
-            if not todo:
-                break
-            p = todo[0]
-            here, height = ev.state, int(curve[p])
-            hot = [k for k in ev.hotspots_at(p) if k.index >= 0
-                   and ev.g.nodes[k.node].kind != NodeKind.PLACEHOLDER][:candidates]
-
-            def gain(c: Child, height: int = height, peak: int = here.peak) -> int:
-                """What the spike goes down by, where the peak does not go up (nor the latency
-                above ``latency_cap``)."""
-                if c.peak > peak or c.focus_peak is None or (latency_cap is not None and c.latency > latency_cap):
-                    return 0
-                return height - c.focus_peak
-
-            with ev.focused(p, width):
-                where = ev.where()
-                best = self._cheapest([a for r in rules for a in r.match(ev.g, hot, where)], deadline, gain)
-                if best is None and Fission.name in step_rules:  # F-Trans costs seconds to evaluate: a fallback
-                    best = self._cheapest(peak_windows(ev.g, ev.order, p), deadline, gain)
-            if best is None:
-                stuck.add(ev.order[p])
-                continue
-            self._take(best[1])
-        return ev.state
-
     # ---- Algorithm 3 -----------------------------------------------------------------------------
     def _applications(self) -> list[Application]:
         ev = self.ev
@@ -753,29 +356,30 @@ class MOptimizer:
             best = res.best
         while gaps:
             left = time_budget - (time.perf_counter() - t0)
-            if left <= MIN_GAP_SEARCH or cancel is not None and cancel.is_set():
+            if left <= self.config.min_gap_search or cancel is not None and cancel.is_set():
                 break
             gap = self._widest_gap(tried)
             if gap is None:
                 break
             limit, begin = gap
             tried.add(limit)
-            run(limit, begin, max(MIN_GAP_SEARCH, left / 2))
+            run(limit, begin, max(self.config.min_gap_search, left / 2))
         stopped = res.stopped if res is not None else "cancelled"
         return SearchResult(best, self.root, records, self.frontier(), stopped, time.perf_counter() - t0)
 
     def _widest_gap(self, tried: set[int]) -> tuple[int, MState] | None:
         """(limit, start) of the widest gap in peak (a ratio) between neighbours on the frontier
         not searched yet: the limit halfway in peak, the start the neighbour above it.  Below the
-        lowest point lies a gap of 1 / ``FLOOR``: the limit ``FLOOR`` x its peak, the start that
+        lowest point lies a gap of 1 / ``config.floor``: the limit ``config.floor`` x its peak, the start that
         point (the fixed limits of a sweep need not reach as low as the rules can go)."""
         front = self.frontier()
+        floor, min_gap = self.config.floor, self.config.min_gap
         best = None
-        if front and (limit := int(front[0].peak * FLOOR)) not in tried:
-            best = (1 / FLOOR, limit, front[0])
+        if front and (limit := int(front[0].peak * floor)) not in tried:
+            best = (1 / floor, limit, front[0])
         for lo, hi in zip(front, front[1:], strict=False):
             limit = (lo.peak + hi.peak) // 2
-            if lo.peak <= 0 or hi.peak / lo.peak < 1 + MIN_GAP or limit in tried:
+            if lo.peak <= 0 or hi.peak / lo.peak < 1 + min_gap or limit in tried:
                 continue
             if best is None or hi.peak / lo.peak > best[0]:
                 best = (hi.peak / lo.peak, limit, hi)
@@ -817,75 +421,7 @@ class MOptimizer:
         return out
 
 
-__all__ = ["DELTA", "MOptimizer", "Objective", "Record", "SearchResult", "Stage"]
 
-
-def spaced_first(n: int, first: int) -> list[int]:
-    """The indices 0 .. n-1: ``first`` of them evenly spaced (0 and n-1 among them), then the rest
-    in ascending order: ``spaced_first(9, 3)`` is ``[0, 4, 8, 1, 2, 3, 5, 6, 7]``."""
-    first = max(first, 2)
-    if n <= first:
-        return list(range(n))
-    head = list(dict.fromkeys(round(i * (n - 1) / (first - 1)) for i in range(first)))
-    taken = set(head)
-    return head + [i for i in range(n) if i not in taken]
-
-
-def low_end(m: MOptimizer, time_budget: float, limit: int | None = None) -> MState:
-    """Below the lowest point of the warm start: with a memory ``limit`` (bytes), DTR's plans at
-    budgets just above it (``LOW_END_BUDGETS`` x the limit, a quarter of ``time_budget``) are adopted
-    as seeds; then ``peak_fission_steps`` from the lowest-peak seed (another method's plan: DTR's
-    recomputed blocks, which the F-Tree cannot split with their backward; the archive's lowest state
-    when there is no seed) with half of what is left, then Swap steps from where they end with the
-    rest; returns the last state.  For a memory limit the warm start does not meet (SD-1.x UNet:
-    from DTR's 0.44 plan, 0.439x, to 0.407x: ``bench/peak_fission.py``)."""
-    from .peers.dtr import DTRFailure, DTRSim, budget_plan
-
-    t0 = time.perf_counter()
-    if limit is not None and "remat" in m.ev.rules:
-        free = m.seeds.dtr_free if m.seeds is not None and m.seeds.dtr_free else DTRSim(m.imported, m.cost, None).run()[1]
-        for f in LOW_END_BUDGETS:
-            left = time_budget / 4 - (time.perf_counter() - t0)
-            if left <= 0:
-                break
-            try:
-                p = budget_plan(m.imported, m.cost, f * limit / free["dtr_peak"], free,
-                                deadline=time.perf_counter() + left)
-            except DTRFailure:  # (a timeout too) too low a budget: the lower ones are no better
-                break
-            m.adopt(p)
-    pool = list(m.adopted) or m.archive
-    low = min(pool, key=lambda s: (s.peak, s.latency), default=m.root)
-    end = m.peak_fission_steps(low, (time_budget - (time.perf_counter() - t0)) / 2)
-    return m.remat_steps(end, time_budget - (time.perf_counter() - t0), step_rules=("swap", "swap_late"))
-
-
-def spikes_within(m: MOptimizer, time_budget: float, limit: float, **spike_kw) -> None:
-    """Under a latency ``limit`` (seconds), spend the latency the warm start leaves below it: from
-    the archive's lowest-peak state within ``limit`` less each of ``SPIKE_FROM`` (x the imported
-    latency) in turn, Swap steps with ``SPIKE_SWAP_SHARE`` of the time left (their end is the
-    start if it is still that far below the limit), then ``spike_steps`` capped at the limit until
-    no spike falls or ``time_budget`` ends.  SD-1.x UNet within +10%: 0.386x with 180 s, where the
-    search from the warm start alone ended at 0.433x.  ``spike_kw`` goes to ``spike_steps``."""
-    deadline = time.perf_counter() + time_budget
-    tried: list[MState] = []
-    for below in SPIKE_FROM:
-        ok = [a for a in m.archive if a.latency <= limit - below * m.root.latency]
-        st = min(ok, key=lambda a: (a.peak, a.latency), default=None)
-        left = deadline - time.perf_counter()
-        if st is None or st in tried or left <= 0:
-            continue
-        tried.append(st)
-        end = m.remat_steps(st, SPIKE_SWAP_SHARE * left, step_rules=("swap", "swap_late"))
-        if end.latency <= limit - below * m.root.latency:
-            st = end
-        m.spike_steps(st, deadline - time.perf_counter(), latency_cap=limit, **spike_kw)
-
-
-def pareto_spikes(g: Graph, time_budget: float) -> bool:
-    """Whether the Pareto mode spends spike steps below ``PARETO_SPIKES``: where ``time_budget`` is at
-    least ``PARETO_SPIKE_SECONDS`` per thousand ops of ``g`` (below that, the warm start needs it all)."""
-    return time_budget >= PARETO_SPIKE_SECONDS * len(g.ops()) / 1000
 
 
 def optimize(g: Graph, *, memory_limit: MemoryLimit | str | float | None = None,
@@ -894,7 +430,7 @@ def optimize(g: Graph, *, memory_limit: MemoryLimit | str | float | None = None,
              progress: Callable[[Record], None] | None = None, cancel: threading.Event | None = None,
              on_start: Callable[[MOptimizer], None] | None = None, cost: CostModel | None = None,
              cost_name: str = "analytic", substitutions: bool = False,
-             on_stage: Callable[[Stage], None] | None = None):
+             on_stage: Callable[[Stage], None] | None = None, config: SearchConfig = DEFAULT_CONFIG):
     """One run of the M-Optimizer as a plan file (``plan.PlanFile``): point 0 is the answer (the best
     state under the limit, or the frontier's points by peak for ``pareto``), then PyTorch's eager
     order as the baseline.  ``memory_limit``: a ``limits.MemoryLimit`` or what ``MemoryLimit.parse``
@@ -902,16 +438,16 @@ def optimize(g: Graph, *, memory_limit: MemoryLimit | str | float | None = None,
     otherwise); ``latency_limit``: a factor of the imported latency.  The meta records the limit as
     given (``limit``) and, for a memory limit, the bytes it resolved to (``limit_bytes``).
     ``warm``: the share of the budget spent on the warm start (greedy fission, then Remat steps:
-    ``MOptimizer.warm_start``; default ``WARM``, under a latency limit ``LATENCY_WARM``).  ``on_stage`` hears each stage as it ends (``Stage``: the warm start's seeds and steps, the sweep);
+    ``MOptimizer.warm_start``; default ``config.warm``, under a latency limit ``config.latency_warm``).  ``on_stage`` hears each stage as it ends (``Stage``: the warm start's seeds and steps, the sweep);
     ``cancel`` stops the run after the current stage or search iteration.  ``on_start`` gets the optimizer before the search starts (a caller
     that shows its archive while it grows).  ``cost``: the cost model (default: ``device``'s analytic
     model), ``cost_name`` its kind (``core.cost.choice``), recorded in the meta as ``cost``.
     ``substitutions``: TASO's substitution rules (``SEARCH_SUBSTITUTIONS``) are rules of the search too.
-    A memory limit that no state of the warm start meets gets ``LOW_END_SHARE`` of what is left
+    A memory limit that no state of the warm start meets gets ``config.low_end_share`` of what is left
     for ``low_end`` (peak fission, then Swap steps) before the search; a latency limit gets
-    ``SPIKE_SHARE`` of it for ``spikes_within`` (spike steps below the limit), and so does ``pareto``
-    below ``PARETO_SPIKES`` where the budget is long enough for the graph (``pareto_spikes``; its warm
-    start then gets ``LATENCY_WARM``)."""
+    ``config.spike_share`` of it for ``spikes_within`` (spike steps below the limit), and so does ``pareto``
+    below ``config.pareto_spikes`` where the budget is long enough for the graph (``pareto_spikes``; its warm
+    start then gets ``config.latency_warm``).  ``config``: the search's tuning (``SearchConfig``)."""
     from .plan import PlanFile
     from .wl_hash import graph_hash
 
@@ -919,24 +455,24 @@ def optimize(g: Graph, *, memory_limit: MemoryLimit | str | float | None = None,
         raise ValueError("give exactly one of a memory limit, a latency limit or pareto")
     memory = None if memory_limit is None else MemoryLimit.parse(memory_limit)
     t0 = time.perf_counter()
-    m = MOptimizer(g, cost if cost is not None else AnalyticCost(device), substitutions=substitutions)
+    m = MOptimizer(g, cost if cost is not None else AnalyticCost(device), substitutions=substitutions, config=config)
     m.on_stage, m.cancel = on_stage, cancel
     if on_start is not None:
         on_start(m)
-    spiky = pareto and pareto_spikes(g, time_budget)
+    spiky = pareto and pareto_spikes(g, time_budget, config)
     # the seeds run on top of the warm start's share, out of the sweep's
     if warm is None:
-        warm = LATENCY_WARM if latency_limit is not None or spiky else WARM
+        warm = config.latency_warm if latency_limit is not None or spiky else config.warm
     # the quick Swap steps on the seeds where the user waits; a budget long enough for the spike steps
     # (``pareto_spikes``) gives the later phases their whole share (qwen2_moe at 40 s per thousand ops,
     # within +10%: 0.492x with the quick steps, 0.403x without)
-    quick = not pareto_spikes(g, time_budget)
-    start = m.warm_start(warm * time_budget, SEED_SHARE * warm * time_budget, quick=quick) if warm > 0 else m.root
+    quick = not pareto_spikes(g, time_budget, config)
+    start = m.warm_start(warm * time_budget, config.seed_share * warm * time_budget, quick=quick) if warm > 0 else m.root
     left = max(0.0, time_budget - (time.perf_counter() - t0))
     if pareto:
         if spiky and not m.cancelled():
             with m.stage("spike steps below the sweep"):
-                spikes_within(m, SPIKE_SHARE * left, PARETO_SPIKES * m.root.latency)
+                spikes_within(m, config.spike_share * left, config.pareto_spikes * m.root.latency)
             left = max(0.0, time_budget - (time.perf_counter() - t0))
         # the sweep searches from the root: its states stay reachable (a sweep from the warm start
         # left vit_base's frontier at eager's peak within 10% latency); the warm start's states are
@@ -954,11 +490,11 @@ def optimize(g: Graph, *, memory_limit: MemoryLimit | str | float | None = None,
             pass
         elif mode == "memory" and not any(s.peak <= limit for s in m.archive):
             with m.stage("low end (DTR near the limit, peak fission, Swap steps)"):
-                low_end(m, LOW_END_SHARE * left, limit)
+                low_end(m, config.low_end_share * left, limit)
             left = max(0.0, time_budget - (time.perf_counter() - t0))
         elif mode == "latency":
             with m.stage("spike steps below the limit"):
-                spikes_within(m, SPIKE_SHARE * left, limit)
+                spikes_within(m, config.spike_share * left, limit)
             left = max(0.0, time_budget - (time.perf_counter() - t0))
         # from the best state known under the limit: the warm start's end may break a latency
         # limit that the imported graph meets
@@ -980,4 +516,5 @@ def optimize(g: Graph, *, memory_limit: MemoryLimit | str | float | None = None,
     return PlanFile(g.name, graph_hash(g), device, points, [r.to_dict() for r in res.records], meta)
 
 
-__all__ += ["optimize", "pareto_spikes"]
+__all__ = ["MOptimizer", "Objective", "Record", "SearchConfig", "SearchResult", "Stage", "low_end", "optimize",
+           "pareto_spikes", "spikes_within"]
