@@ -43,10 +43,6 @@ from core.ir.graph import GraphError
 
 from .specs import capture_spec, load_graph, sweep_workload, verify_spec
 
-os.environ.setdefault("HF_HUB_OFFLINE", "1")  # samples are built from configs, never downloaded
-os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
-
-
 EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT, EXIT_LIMIT_NOT_REACHED = 0, 1, 2, 3
 EXIT_FITS_WITH_PLAN = 4  # ``magis fit``: eager's step does not fit the memory, a plan does
 EXIT_INTERNAL = 70  # a bug of MAGIS Studio's own (sysexits' EX_SOFTWARE), never the user's input
@@ -1339,6 +1335,8 @@ def main(argv: list[str] | None = None) -> int:
     for stream in (sys.stdout, sys.stderr):  # whatever the terminal's encoding: never a codec error
         if hasattr(stream, "reconfigure"):
             stream.reconfigure(errors="backslashreplace")
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")  # samples are built from configs, never downloaded
+    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
     argv = list(sys.argv[1:] if argv is None else argv)
     verbose = "--verbose" in argv  # accepted before or after the command
     args = build_parser().parse_args([x for x in argv if x != "--verbose"])

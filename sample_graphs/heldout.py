@@ -8,15 +8,11 @@ default where the family has it, and returns a :class:`~sample_graphs.sample.Sam
 
 from __future__ import annotations
 
-import os
+import torch
+import transformers
+from torch import nn
 
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-
-import torch  # noqa: E402
-import transformers  # noqa: E402
-from torch import nn  # noqa: E402
-
-from sample_graphs.sample import Sample  # noqa: E402
+from sample_graphs.sample import Sample
 
 BATCH, SEQ, VOCAB = 4, 32, 128
 

@@ -7,19 +7,14 @@ the KV cache is off. The two big language models use bfloat16 parameters, as in 
 
 from __future__ import annotations
 
-import os
+import torch
+import torch.nn.functional as F
+import transformers
+from torch import nn
 
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+from core.frontend.workload import no_random_init_on_fake_tensors
 
-import torch  # noqa: E402
-import torch.nn.functional as F  # noqa: E402
-import transformers  # noqa: E402
-from torch import nn  # noqa: E402
-
-from core.frontend.workload import no_random_init_on_fake_tensors  # noqa: E402
-
-from .sample import Sample  # noqa: E402
+from .sample import Sample
 
 
 def _logits(out: object) -> torch.Tensor:

@@ -14,20 +14,16 @@ vision and diffusion models in float32; the tiny variants all in float32.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable
 from dataclasses import dataclass
 
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+import torch
+import torch.nn.functional as F
+import transformers
+from torch import nn
 
-import torch  # noqa: E402
-import torch.nn.functional as F  # noqa: E402
-import transformers  # noqa: E402
-from torch import nn  # noqa: E402
-
-from .sample import Sample  # noqa: E402
-from .transformers_models import _construct, causal_lm_forward, causal_lm_loss, image_forward, image_loss  # noqa: E402
+from .sample import Sample
+from .transformers_models import _construct, causal_lm_forward, causal_lm_loss, image_forward, image_loss
 
 TINY_BATCH, TINY_SEQ, TINY_VOCAB = 2, 16, 100
 

@@ -11,11 +11,20 @@ too, so ``-m "not browser"`` (``make test-fast``) never starts Chromium.
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 from tests.browser_helpers import chromium, opened, serving
 
 CHROMIUM_FIXTURES = {"browser", "page"}
+
+
+def pytest_configure(config) -> None:
+    """The test process's environment, as ``magis``'s ``main`` sets it: the samples are built from
+    configs, and nothing waits on the network."""
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
 
 @pytest.hookimpl(tryfirst=True)  # before ``-m`` selects by marker

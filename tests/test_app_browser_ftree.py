@@ -7,7 +7,7 @@ its nodes) is served from a thread; the screenshot goes to ``test-artifacts/app_
 
 from __future__ import annotations
 
-import time
+import threading
 
 import pytest
 
@@ -112,18 +112,22 @@ def test_a_slow_ftree_says_it_is_being_built_then_appears(page, server, monkeypa
     import app.ftree_view as fv
 
     slow = fv.build_ftree
+    armed, release = threading.Event(), threading.Event()
 
-    def build(*a, **kw):
-        time.sleep(fv.BUILD_WAIT + 1.5)
+    def build(*a, **kw):  # once armed, a build ends when the test says so: longer than BUILD_WAIT
+        if armed.is_set():
+            release.wait(timeout=TIMEOUT / 1000)
         return slow(*a, **kw)
 
     monkeypatch.setattr(fv, "build_ftree", build)
     page.locator("#side-view").get_by_text("F-Tree").click()
     wait_cy_stable(page, "ftree")
+    armed.set()
     page.locator("#model").click()
     page.get_by_role("option", name=re.compile(r"^bert_tiny")).first.click()
     page.wait_for_function("() => document.querySelector('#ftree-status').innerText.includes('building the F-Tree')")
     page.wait_for_function(_cy("cy.nodes().length === 0"), arg=["ftree", None])  # not the previous model's tree
+    release.set()
     page.wait_for_function("() => document.querySelector('#ftree-status').innerText.includes('candidate F-Trans')")
     ft = fv.cache_of(server[1].magis_state).get("sample:bert_tiny", wait=0).ftree
     assert len(ft.nodes) > fv.FT_FULL_MAX  # drawn in part: a click on a node draws its children

@@ -80,17 +80,19 @@ def test_fp32_moe_on_grouped_mm_builds_captures_and_verifies():
     from torch._subclasses.fake_tensor import FakeTensorMode
 
     from core.codegen.verify import problems, verify_workload
+    from core.frontend.fake_kernels import capture_kernels
 
-    # torch's own fake kernel rejects float32 (the real CPU kernel takes it)
-    ours = [c for c in fake_impls.op_implementations_checks if c[1].__name__ == "_fake_grouped_mm"]
-    assert len(ours) == 1
-    fake_impls.op_implementations_checks.remove(ours[0])
-    try:
-        with pytest.raises(RuntimeError, match="BF16"), FakeTensorMode():
-            torch._grouped_mm(torch.empty(16, 8), torch.empty(4, 8, 8),
-                              offs=torch.tensor([4, 8, 12, 16], dtype=torch.int32))
-    finally:
-        fake_impls.op_implementations_checks.insert(0, ours[0])
+    def ours() -> list:
+        return [c for c in fake_impls.op_implementations_checks if c[1].__name__ == "_fake_grouped_mm"]
+
+    # installed while a capture traces, and only then; torch's own fake kernel rejects float32
+    # (the real CPU kernel takes it)
+    with capture_kernels():
+        assert len(ours()) == 1
+    assert ours() == []
+    with pytest.raises(RuntimeError, match="BF16"), FakeTensorMode():
+        torch._grouped_mm(torch.empty(16, 8), torch.empty(4, 8, 8),
+                          offs=torch.tensor([4, 8, 12, 16], dtype=torch.int32))
     g = capture_workload(build_fake(moe))
     assert any(n.op == "aten._grouped_mm.default" and n.out.dtype == "float32" for n in g)
     res = verify_workload(moe(), details=True, rebuild=moe)

@@ -8,6 +8,7 @@ and its exported script matches eager PyTorch (float64)."""
 from __future__ import annotations
 
 import dataclasses
+
 import numpy as np
 import pytest
 import torch

@@ -281,3 +281,15 @@ def test_optimize_cli_with_substitutions(tmp_path, capsys):
                    "--json"])
     assert status == 0, capsys.readouterr().err
     assert json.loads(out.read_text())["meta"]["substitutions"] is True
+
+
+def test_the_pattern_memos_stay_bounded_and_answer_as_a_fresh_computation(monkeypatch):
+    from core.transform.substitution import pattern
+
+    pops = [p for s in SUBSTITUTIONS for p in s.source]
+    want = [pattern._uses(p) for p in pops]
+    monkeypatch.setattr(pattern, "MEMO_MAX", 3)
+    monkeypatch.setattr(pattern, "_USES", {})
+    for _ in range(2):
+        assert [pattern._uses(p) for p in pops] == want
+        assert 0 < len(pattern._USES) <= 3

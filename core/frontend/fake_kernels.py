@@ -1,5 +1,8 @@
 """Fake-tensor kernels that capture needs and torch does not give, installed only while a capture
-traces (:func:`capture_kernels`).
+traces (:func:`capture_kernels`): importing the frontend leaves torch's tables as they are.
+
+Grouped matmul.  ``aten._grouped_mm`` (transformers' MoE kernel) has a meta kernel for bfloat16
+only; the CPU kernel also takes float32, so a float32 MoE gets its shape here.
 
 CTC loss.  ``aten._ctc_loss`` is tagged ``dynamic_output_shape``, so ``FakeTensorMode`` refuses it
 outright ("returns a shape that depends on tensor values"), and its backward has no meta kernel.
@@ -128,12 +131,38 @@ def _note_dynamic_op(fake_mode: Any, func: Any, *args: Any, **kwargs: Any) -> An
     return NotImplemented
 
 
+def _fake_grouped_mm(fake_mode: Any, func: Any, mat_a: torch.Tensor, mat_b: torch.Tensor,
+                     offs: torch.Tensor | None = None, bias: torch.Tensor | None = None,
+                     out_dtype: torch.dtype | None = None) -> Any:
+    """Fake implementation of ``aten._grouped_mm`` in float32, which torch's meta kernel rejects
+    (it accepts only bfloat16; the real CPU kernel also takes float32): the output's shape from
+    the operands' (2-D x 3-D with ``offs``: [M, N]; 3-D x 3-D: [G, M, N]; 2-D x 2-D: [G, M, N];
+    3-D x 2-D: [M, N]), its dtype ``out_dtype`` or the operands'."""
+    if not (mat_a.dtype == mat_b.dtype == torch.float32):
+        return NotImplemented  # torch's own meta kernel (bfloat16; it rejects the rest)
+    a2, b2 = mat_a.dim() == 2, mat_b.dim() == 2
+    if a2 and b2:
+        size = [offs.size(0), mat_a.size(0), mat_b.size(1)]
+    elif a2:
+        size = [mat_a.size(0), mat_b.size(-1)]
+    elif b2:
+        size = [mat_a.size(1), mat_b.size(1)]
+    else:
+        size = [mat_a.size(0), mat_a.size(1), mat_b.size(-1)]
+    with fake_mode:
+        return torch.empty(size, dtype=out_dtype or mat_a.dtype, device=mat_a.device)
+
+
 def _entries() -> list[tuple[Any, Any]]:
     aten = torch.ops.aten
     fwd = {aten._ctc_loss.default, aten._ctc_loss.Tensor}
     bwd = {aten._ctc_loss_backward.default, aten._ctc_loss_backward.Tensor}
-    return [(lambda func: func in fwd, _fake_ctc_loss), (lambda func: func in bwd, _fake_ctc_loss_backward),
-            (lambda func: torch.Tag.dynamic_output_shape in func.tags, _note_dynamic_op)]
+    out = [(lambda func: func in fwd, _fake_ctc_loss), (lambda func: func in bwd, _fake_ctc_loss_backward),
+           (lambda func: torch.Tag.dynamic_output_shape in func.tags, _note_dynamic_op)]
+    grouped = getattr(aten, "_grouped_mm", None)  # (torch >= 2.8)
+    if grouped is not None:
+        out.insert(0, (lambda func: func is grouped.default, _fake_grouped_mm))
+    return out
 
 
 _ENTRIES = _entries()

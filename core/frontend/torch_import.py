@@ -72,43 +72,6 @@ def held_torch_logs(into: list[str]) -> Iterator[None]:
             lg.propagate = propagate
 
 
-def _fake_grouped_mm(fake_mode: Any, func: Any, mat_a: torch.Tensor, mat_b: torch.Tensor,
-                     offs: torch.Tensor | None = None, bias: torch.Tensor | None = None,
-                     out_dtype: torch.dtype | None = None) -> Any:
-    """Fake implementation of ``aten._grouped_mm`` in float32, which torch's meta kernel rejects
-    (it accepts only bfloat16; the real CPU kernel also takes float32): the output's shape from
-    the operands' (2-D x 3-D with ``offs``: [M, N]; 3-D x 3-D: [G, M, N]; 2-D x 2-D: [G, M, N];
-    3-D x 2-D: [M, N]), its dtype ``out_dtype`` or the operands'."""
-    if not (mat_a.dtype == mat_b.dtype == torch.float32):
-        return NotImplemented  # torch's own meta kernel (bfloat16; it rejects the rest)
-    a2, b2 = mat_a.dim() == 2, mat_b.dim() == 2
-    if a2 and b2:
-        size = [offs.size(0), mat_a.size(0), mat_b.size(1)]
-    elif a2:
-        size = [mat_a.size(0), mat_b.size(-1)]
-    elif b2:
-        size = [mat_a.size(1), mat_b.size(1)]
-    else:
-        size = [mat_a.size(0), mat_a.size(1), mat_b.size(-1)]
-    with fake_mode:
-        return torch.empty(size, dtype=out_dtype or mat_a.dtype, device=mat_a.device)
-
-
-def _register_fake_kernels() -> None:
-    """Fake kernels torch lacks (registered once per process, checked before torch's meta)."""
-    from torch._subclasses import fake_impls
-
-    op = getattr(torch.ops.aten, "_grouped_mm", None)
-    if op is None or getattr(_register_fake_kernels, "done", False):
-        return
-    target = op.default
-    fake_impls.op_implementations_checks.insert(0, (lambda func: func is target, _fake_grouped_mm))
-    _register_fake_kernels.done = True  # type: ignore[attr-defined]
-
-
-_register_fake_kernels()
-
-
 def _dtype_name(dt: torch.dtype) -> str:
     return str(dt).removeprefix("torch.")
 

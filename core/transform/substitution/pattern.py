@@ -232,6 +232,10 @@ def _templates(x: Any) -> Iterable[Any]:
         yield x
 
 
+# memos keyed by the pattern's identity (each entry holds its key's object, so an id is never reused
+# while it is in there); rules made at run time (OCGGS's, a test's) could grow them, so each is
+# emptied once it holds MEMO_MAX entries
+MEMO_MAX = 4096
 _USES: dict[int, tuple[POp, list[Any]]] = {}
 _ORDERS: dict[tuple[int, int], tuple[Substitution, list[int]]] = {}
 
@@ -240,6 +244,8 @@ def _uses(p: POp) -> list[Any]:
     """The templates of ``p``'s arguments, flattened (memoised per pattern op)."""
     hit = _USES.get(id(p))
     if hit is None or hit[0] is not p:
+        if len(_USES) >= MEMO_MAX:
+            _USES.clear()
         hit = _USES[id(p)] = (p, list(_templates(p.args)) + [t for _, v in p.kwargs for t in _templates(v)])
     return hit[1]
 
@@ -263,6 +269,8 @@ def _order(sub: Substitution, first: int) -> list[int]:
     (memoised per rule and first position)."""
     hit = _ORDERS.get((id(sub), first))
     if hit is None or hit[0] is not sub:
+        if len(_ORDERS) >= MEMO_MAX:
+            _ORDERS.clear()
         hit = _ORDERS[(id(sub), first)] = (sub, _make_order(sub, first))
     return hit[1]
 
