@@ -324,7 +324,7 @@ def test_fission_parts_reuse_their_blocks(big_fig2):
 
 # ---- plan files and the command line --------------------------------------------------------------
 def test_plan_files_store_the_reserved_peak_and_old_files_still_load(tmp_path):
-    from app.cli import load_graph
+    from app.specs import load_graph
     from core.search.plan import load_plans, save_plans
     from sample_graphs.frontiers import plan_path
 

@@ -163,7 +163,8 @@ def test_a_plan_grown_from_a_seed_exports_and_matches_eager(tmp_path, capsys):
     simulated peak; ``magis optimize``'s lines name the seed."""
     import json
 
-    from app.cli import _report_points, main
+    from app.cli import main
+    from app.cli.optimize import _report_points
     from core.search.plan import PlanFile, save_plans
     from core.search.wl_hash import graph_hash
 
