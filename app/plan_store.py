@@ -167,7 +167,7 @@ def plan_marks(imported: Graph, g: Graph, origin: dict[int, int],
     marks: dict[int, str] = {}
     substituted = set()
     for app in applications:
-        rule = RULES.get(app.rule)
+        rule = RULES[app.rule] if app.rule in RULES else None
         if rule is not None and rule.family == SUBSTITUTION_FAMILY:
             substituted.update(app.params[:rule.sub.n_source])
     for n in imported.ops():
@@ -240,7 +240,7 @@ def build_steps(imported: Graph, plan: Plan, device: str, base_order: list[int],
     numbers, a step that reaches a frontier point shows that point's card."""
     from core.search.delta import DeltaEvaluator
 
-    ev = DeltaEvaluator(imported.copy(), base_order, AnalyticCost(device), rules=dict(RULES))
+    ev = DeltaEvaluator(imported.copy(), base_order, AnalyticCost(device), rules=dict(RULES.items()))
     apps = list(plan.applications)
     recorded = {_app_key(q.applications): q for q in known if 0 < len(q.applications) <= len(apps)}
     recorded[_app_key(apps)] = plan

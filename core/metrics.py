@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from .fmt import format_bytes
+from .registry import Registry
 
 Metrics = Mapping[str, float]  # metric name -> value (a dict; lower is better)
 
@@ -34,14 +35,17 @@ class Metric:
         return f"{value:g} {self.unit}".strip()
 
 
-METRICS: dict[str, Metric] = {}
+def _check_metric(name: str, m: Metric) -> None:
+    if name != m.name:
+        raise ValueError(f"metric {m.name!r} registered as {name!r}: a metric goes by its own name")
+
+
+METRICS: Registry[Metric] = Registry("metric", check=_check_metric)
 
 
 def register_metric(m: Metric) -> Metric:
-    if not m.name or m.name in METRICS:
-        raise ValueError(f"a metric needs a new name (got {m.name!r})")
-    METRICS[m.name] = m
-    return m
+    """Add ``m`` (ValueError if its name is taken)."""
+    return METRICS.register(m.name, m)
 
 
 PEAK = register_metric(Metric("peak", "peak memory", "bytes", "the simulated peak of device memory"))
@@ -70,9 +74,8 @@ class HasMetrics:
 
 
 def get_metric(name: str) -> Metric:
-    if name not in METRICS:
-        raise ValueError(f"unknown metric {name!r}; known: {', '.join(METRICS)}")
-    return METRICS[name]
+    """The metric called ``name`` (ValueError listing the known ones for an unknown name)."""
+    return METRICS.get(name)
 
 
 def metrics(peak: int, latency: float, **others: float) -> dict[str, float]:

@@ -195,9 +195,8 @@ def held_scheduler(name: str):
             return get_scheduler("rpo").order(g)
 
     Held.name = name
-    SCHEDULERS[name] = Held
-    try:
-        yield gate
-    finally:
-        gate.release.set()
-        SCHEDULERS.pop(name, None)
+    with SCHEDULERS.temporarily(name, Held):
+        try:
+            yield gate
+        finally:
+            gate.release.set()

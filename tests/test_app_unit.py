@@ -412,8 +412,7 @@ def test_slow_and_failing_schedulers_never_block(state, bert):
         def order(self, g):
             raise RuntimeError("no order for you")
 
-    SCHEDULERS["slow_test"], SCHEDULERS["broken_test"] = Slow, Broken
-    try:
+    with SCHEDULERS.temporarily("slow_test", Slow), SCHEDULERS.temporarily("broken_test", Broken):
         fig, key, pending, failed = memory_of(state, gid, "rtx3090", "traced", ["slow_test", "broken_test"], "step")
         assert pending == ["slow_test"] and key[-1] == "traced"  # did not wait for the slow one
         assert failed and "broken_test" in failed[0] and "no order for you" in failed[0]
@@ -422,9 +421,6 @@ def test_slow_and_failing_schedulers_never_block(state, bert):
         state.schedule_future(gid, "slow_test").result(timeout=120)  # finished: the next page poll draws it
         fig, key, pending, failed = memory_of(state, gid, "rtx3090", "traced", ["slow_test"], "step")
         assert not pending and key[-2:] == ["traced", "slow_test"]
-    finally:
-        SCHEDULERS.pop("slow_test", None)
-        SCHEDULERS.pop("broken_test", None)
 
 
 def test_device_changes_latency_not_peak(state, bert):

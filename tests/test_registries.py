@@ -12,11 +12,11 @@ from app.cli import main
 from core.cost import AnalyticCost
 from core.errors import RuleNotApplicable
 from core.ir.graph import GraphError
-from core.search.methods import METHODS, register_method, run_method, unregister_method
+from core.search.methods import METHODS, run_method
 from core.search.plan import load_plans, save_plans
 from core.search.wl_hash import graph_hash
 from core.simulate import simulate
-from core.transform.registry import RULES, get_rule, register_rule, rules_of, unregister_rule
+from core.transform.registry import RULES, get_rule, register_rule, rules_of
 from core.transform.remat import Remat
 from sample_graphs.store import load_sample_graph
 from tests.toy_method import ToyOrder
@@ -25,11 +25,9 @@ from tests.toy_rule import ToyClone
 
 @pytest.fixture
 def toys():
-    register_rule(ToyClone())  # the registry line of the toy rule
-    register_method(ToyOrder())  # the registry line of the toy method
-    yield
-    unregister_rule("toy_clone")
-    unregister_method("toy_order")
+    # the registry lines of the toy rule and the toy method, for the test's duration
+    with RULES.temporarily("toy_clone", ToyClone()), METHODS.temporarily("toy_order", ToyOrder()):
+        yield
 
 
 def test_the_toy_rule_is_an_option_of_magis_transform_and_applies(toys, capsys, tmp_path):
@@ -97,15 +95,13 @@ def test_a_method_that_needs_the_model_says_so_on_a_graph_alone():
             given.append(model)
             return [], []
 
-    register_method(NeedsModel())
-    try:
-        g = load_sample_graph("fig2_skip")
+    g = load_sample_graph("fig2_skip")
+    with METHODS.temporarily("toy_needs_model", NeedsModel()):
         run = run_method("toy_needs_model", g)
         assert run.plans == [] and "traces the model again" in run.failures[0].reason
         model = object()
         assert run_method("toy_needs_model", g, model=model).failures == [] and given == [model]
-    finally:
-        unregister_method("toy_needs_model")
+    assert "toy_needs_model" not in METHODS
     run = run_method("checkmate", g, max_vars=0)
     assert run.plans == [] and run.failures[0].reason.startswith("not attempted")
 
@@ -134,20 +130,14 @@ def test_a_faulty_rule_makes_the_search_fail_loudly_and_a_refusal_does_not():
     from core.search.moptimizer import MOptimizer
 
     g = load_sample_graph("bert_tiny")  # hot-spots with several readers: Remat matches
-    register_rule(Refusing())
-    try:
+    with RULES.temporarily("refusing", Refusing()):
         m = MOptimizer(g, rules=("refusing",))
         res = m.search("memory", 1, time_budget=30)
         assert res.records and res.records[-1].filtered > 0  # refused, counted, the search went on
-    finally:
-        unregister_rule("refusing")
-    register_rule(Faulty())
-    try:
+    with RULES.temporarily("faulty", Faulty()):
         m = MOptimizer(g, rules=("faulty",))
         with pytest.raises(KeyError, match="a bug in the rule"):
             m.search("memory", 1, time_budget=30)
-    finally:
-        unregister_rule("faulty")
     assert get_rule("remat") and "faulty" not in RULES
     assert not isinstance(KeyError(), GraphError)
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..registry import Registry
 from .base import Scheduler
 from .baselines import ReversePostOrder, TracedOrder
 from .brute_force import BruteForce
@@ -16,23 +17,15 @@ from .incremental import IncrementalFull
 from .random_topo import RandomTopological
 from .serenity import Serenity
 
-SCHEDULERS: dict[str, type[Scheduler]] = {
-    "traced": TracedOrder,
-    "rpo": ReversePostOrder,
-    "random": RandomTopological,
-    "brute": BruteForce,
-    "serenity": Serenity,
-    "hmcos": HMCOS,
-    "incremental": IncrementalFull,
-}
+SCHEDULERS: Registry[type[Scheduler]] = Registry("schedule", sort_known=True)  # name -> the strategy's class
+for _cls in (TracedOrder, ReversePostOrder, RandomTopological, BruteForce, Serenity, HMCOS, IncrementalFull):
+    SCHEDULERS.register(_cls.name, _cls)
 
 
 def get_scheduler(name: str, **kwargs: Any) -> Scheduler:
     """A new scheduler of strategy ``name`` with ``kwargs`` as its options (ValueError for an
     unknown name)."""
-    if name not in SCHEDULERS:
-        raise ValueError(f"unknown schedule {name!r}; known: {', '.join(sorted(SCHEDULERS))}")
-    return SCHEDULERS[name](**kwargs)
+    return SCHEDULERS.get(name)(**kwargs)
 
 
 __all__ = ["SCHEDULERS", "get_scheduler"]

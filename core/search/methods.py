@@ -18,6 +18,7 @@ from typing import Any
 from ..cost.devices import DEFAULT_PROFILE
 from ..cost.model import AnalyticCost, CostModel
 from ..ir.graph import Graph
+from ..registry import Registry
 from ..schedule.registry import get_scheduler
 from ..simulate import simulate
 from .magis_pool import MagisPool
@@ -27,27 +28,29 @@ from .peers.common import Failure
 from .peers.swapadvisor import Ideal, ODSwap, SwapAdvisor
 from .plan import Plan
 
-METHODS: dict[str, Method] = {}
+
+def _check_method(name: str, m: Method) -> None:
+    if name != m.name:
+        raise ValueError(f"method {m.name!r} registered as {name!r}: a method goes by its own name")
+    if not m.label:
+        raise ValueError(f"method {m.name!r} needs a label")
+
+
+METHODS: Registry[Method] = Registry("method", check=_check_method)
 
 
 def register_method(m: Method) -> Method:
     """Add ``m`` (ValueError if its name is taken or it has no label)."""
-    if not m.name or m.name in METHODS:
-        raise ValueError(f"a method needs a new name (got {m.name!r})")
-    if not m.label:
-        raise ValueError(f"method {m.name!r} needs a label")
-    METHODS[m.name] = m
-    return m
+    return METHODS.register(m.name, m)
 
 
 def unregister_method(name: str) -> None:
-    METHODS.pop(name, None)
+    METHODS.unregister(name)
 
 
 def get_method(name: str) -> Method:
-    if name not in METHODS:
-        raise ValueError(f"unknown method {name!r}; known: {', '.join(METHODS)}")
-    return METHODS[name]
+    """The method called ``name`` (ValueError listing the known ones for an unknown name)."""
+    return METHODS.get(name)
 
 
 def methods_of(*families: str) -> list[str]:
@@ -136,7 +139,7 @@ __all__ = ["METHODS", "PEER_FAMILIES", "Magis", "Method", "MethodRun", "Schedule
 
 def label_of(name: str) -> str:
     """The label of method ``name`` (its name where it is not registered: a plan file from elsewhere)."""
-    return METHODS[name].label if name in METHODS else name
+    return METHODS.get(name).label if name in METHODS else name
 
 
 __all__ += ["label_of"]

@@ -9,6 +9,7 @@ nothing.
 
 from __future__ import annotations
 
+from ..registry import Registry
 from .fission import Fission
 from .ftree_rules import Disable, Lift, Mutate
 from .microbatch import MicroBatchFission
@@ -17,21 +18,24 @@ from .rule import Rule
 from .substitution import SUBSTITUTE_RULES
 from .swap import DeSwap, Reissue, Swap, SwapLate, SwapOutput
 
-RULES: dict[str, Rule] = {}
+
+def _check_rule(name: str, rule: Rule) -> None:
+    if name != rule.name:
+        raise ValueError(f"rule {rule.name!r} registered as {name!r}: a rule goes by its own name")
+    if not rule.family or not rule.text:
+        raise ValueError(f"rule {rule.name!r} needs a family and a text")
+
+
+RULES: Registry[Rule] = Registry("rule", sort_known=True, check=_check_rule)
 
 
 def register_rule(rule: Rule) -> Rule:
     """Add ``rule`` to the registry (ValueError if its name is taken or it says nothing of itself)."""
-    if not rule.name or rule.name in RULES:
-        raise ValueError(f"a rule needs a new name (got {rule.name!r})")
-    if not rule.family or not rule.text:
-        raise ValueError(f"rule {rule.name!r} needs a family and a text")
-    RULES[rule.name] = rule
-    return rule
+    return RULES.register(rule.name, rule)
 
 
 def unregister_rule(name: str) -> None:
-    RULES.pop(name, None)
+    RULES.unregister(name)
 
 
 for _rule in (Fission(), MicroBatchFission(), Lift(), Disable(), Mutate(), Remat(), RematChain(), DeRemat(), Swap(), SwapLate(),
@@ -41,9 +45,7 @@ for _rule in (Fission(), MicroBatchFission(), Lift(), Disable(), Mutate(), Remat
 
 def get_rule(name: str) -> Rule:
     """The rule called ``name`` (ValueError for an unknown name)."""
-    if name not in RULES:
-        raise ValueError(f"unknown rule {name!r}; known: {', '.join(sorted(RULES))}")
-    return RULES[name]
+    return RULES.get(name)
 
 
 def rules_of(*families: str) -> dict[str, Rule]:

@@ -9,7 +9,8 @@ Each is a function ``(problem, group, beta, k) -> edges`` (at most ``k``, most r
   lowers the larger side's buffer need;
 * ``random`` -- edges drawn at random (a reference for the tree split, not the random split).
 
-``EXPLAINERS`` names them; ``make_explainer`` builds one (the GNN ones train or load the classifier).
+``EXPLAINERS`` holds how to build each, by name; ``make_explainer`` builds one (the GNN ones train or
+load the classifier).
 """
 
 from __future__ import annotations
@@ -18,10 +19,13 @@ from collections.abc import Callable
 
 import numpy as np
 
+from ...registry import Registry
 from .problem import FusionProblem, Group
 from .split import Edge, Explainer, candidate_cuts, group_edges
 
-EXPLAINERS = ("gnn", "grad", "oracle", "random")
+Progress = Callable[[str], None]
+# (the problems a classifier learns from, seed, progress) -> an explainer
+ExplainerFactory = Callable[[list[FusionProblem] | None, int, Progress | None], Explainer]
 
 
 def oracle_explainer(problem: FusionProblem, group: Group, beta: float, k: int) -> list[Edge]:
@@ -47,19 +51,30 @@ def random_explainer(seed: int = 0) -> Explainer:
     return explain
 
 
-def make_explainer(name: str, problems: list[FusionProblem] | None = None, seed: int = 0,
-                   progress: Callable[[str], None] | None = None) -> Explainer:
-    """Explainer ``name``; ``gnn`` and ``grad`` use the validity classifier of the problems' graphs
-    and scheme (trained at first use, then cached on disk)."""
-    if name == "oracle":
-        return oracle_explainer
-    if name == "random":
-        return random_explainer(seed)
-    if name in ("gnn", "grad"):
+def _gnn_explainer(name: str) -> ExplainerFactory:
+    """``gnn`` or ``grad`` on the validity classifier of the problems' graphs and scheme."""
+
+    def build(problems: list[FusionProblem] | None, seed: int, progress: Progress | None) -> Explainer:
         from .gnn import gnn_explainer, gradient_explainer, validity_model
 
         if not problems:
             raise ValueError("the GNN explainers need the problem to train their classifier on")
         model = validity_model(problems, seed=seed, progress=progress)
         return gnn_explainer(model) if name == "gnn" else gradient_explainer(model)
-    raise ValueError(f"unknown explainer {name!r}; known: {', '.join(EXPLAINERS)}")
+
+    return build
+
+
+EXPLAINERS: Registry[ExplainerFactory] = Registry("explainer")
+EXPLAINERS.register("gnn", _gnn_explainer("gnn"))
+EXPLAINERS.register("grad", _gnn_explainer("grad"))
+EXPLAINERS.register("oracle", lambda problems, seed, progress: oracle_explainer)
+EXPLAINERS.register("random", lambda problems, seed, progress: random_explainer(seed))
+
+
+def make_explainer(name: str, problems: list[FusionProblem] | None = None, seed: int = 0,
+                   progress: Progress | None = None) -> Explainer:
+    """Explainer ``name`` (ValueError listing the explainers for an unknown one); ``gnn`` and
+    ``grad`` use the validity classifier of the problems' graphs and scheme (trained at first use,
+    then cached on disk)."""
+    return EXPLAINERS.get(name)(problems, seed, progress)

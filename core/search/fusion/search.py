@@ -33,10 +33,10 @@ import numpy as np
 
 from ...cost.devices import DEFAULT_PROFILE, get_device
 from ...cost.model import roofline
+from ...registry import Registry
 from .problem import FusionProblem, Group
 from .split import SplitStep, Splitter
 
-SEARCHES = ("random", "local", "nsga2")
 SECOND_OBJECTIVES = ("groups", "latency")
 
 
@@ -318,15 +318,15 @@ def nsga2(s: PlanSearch, pop_size: int = 32) -> SearchResult:
     return s.result("nsga2", t0, front)
 
 
-SEARCH_FNS: dict[str, Callable[[PlanSearch], SearchResult]] = {
-    "random": random_search, "local": local_search, "nsga2": nsga2}
+SEARCHES: Registry[Callable[[PlanSearch], SearchResult]] = Registry("search")  # name -> the search over plans
+SEARCHES.register("random", random_search)
+SEARCHES.register("local", local_search)
+SEARCHES.register("nsga2", nsga2)
 
 
 def run_search(problem: FusionProblem, beta: float, search: str, splitter: Splitter, budget: int,
                seed: int = 0, second: str = "groups", on_plan: Callable[[int, float], None] | None = None,
                cancel: Any = None) -> SearchResult:
     """``search`` over at most ``budget`` plans (fewer when ``cancel`` is set: the best so far)."""
-    if search not in SEARCH_FNS:
-        raise ValueError(f"unknown search {search!r}; known: {', '.join(SEARCHES)}")
-    return SEARCH_FNS[search](PlanSearch(problem, beta, splitter, budget, seed, second, on_plan=on_plan,
-                                         cancel=cancel))
+    fn = SEARCHES.get(search)  # ValueError listing the searches for an unknown one
+    return fn(PlanSearch(problem, beta, splitter, budget, seed, second, on_plan=on_plan, cancel=cancel))

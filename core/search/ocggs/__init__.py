@@ -2,8 +2,8 @@
 
 ``substitute(g, method)`` finds a sequence of at most K substitutions (``transform.substitution``)
 that minimises the graph's cost (the sum of its ops' times under the analytic cost model) and
-returns it with the rewritten graph.  The methods, each behind one function ``(walk, K, seconds)
--> SubstResult``:
+returns it with the rewritten graph.  The methods (``SEARCHES``), each behind one function ``(walk, K,
+seconds) -> SubstResult``:
 
 =========  ===================================================================================
 enu        every sequence (brute force; tiny graphs only)
@@ -19,10 +19,12 @@ greedy     the best cost-lowering substitution, repeatedly (the improving-only r
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from typing import Any
 
 from ...cost.model import AnalyticCost, CostModel
 from ...ir.graph import Graph
+from ...registry import Registry
 from ...transform.rule import Application
 from .backtrack import metaflow, taso
 from .exact import exact_search
@@ -34,22 +36,33 @@ from .state import GraphCost, Walk, search_rules
 MAX_STEPS = 10
 MAX_STEPS_LIMIT = 100
 
-SEARCHES: dict[str, tuple[Callable[..., SubstResult], bool, str]] = {
-    # name -> (search, reuses the parent's matches, one line)
-    "sampling": (sampling, True, "OCGGS Sampling (Algorithm 3, Q = 20, eta = 1)"),
-    "dpp": (lambda w, k, t: exact_search("dpp", w, k, t), True, "OCGGS DPP: exact, matches reused (Algorithm 2)"),
-    "pruning": (lambda w, k, t: exact_search("pruning", w, k, t), False,
-                "OCGGS Pruning: exact, ordered sequences only (Algorithm 1)"),
-    "taso": (taso, True, "TASO's cost-based backtracking (alpha 1.05)"),
-    "metaflow": (metaflow, True, "MetaFlow: backtracking on pieces of <= 30 ops"),
-    "enu": (lambda w, k, t: exact_search("enu", w, k, t), False, "brute-force enumeration (tiny graphs)"),
-    "greedy": (greedy, True, "improving-only greedy: the best decreasing substitution, repeatedly"),
-}
+
+@dataclass(frozen=True)
+class SubstSearch:
+    """One substitution search: ``run(walk, K, seconds) -> SubstResult``, whether its walk reuses the
+    parent's matches (``Walk(reuse=...)``), and one line on what it is."""
+
+    run: Callable[[Walk, int, float | None], SubstResult]
+    reuse: bool
+    text: str
+
+
+SEARCHES: Registry[SubstSearch] = Registry("substitution search")
+SEARCHES.register("sampling", SubstSearch(sampling, True, "OCGGS Sampling (Algorithm 3, Q = 20, eta = 1)"))
+SEARCHES.register("dpp", SubstSearch(lambda w, k, t: exact_search("dpp", w, k, t), True,
+                                     "OCGGS DPP: exact, matches reused (Algorithm 2)"))
+SEARCHES.register("pruning", SubstSearch(lambda w, k, t: exact_search("pruning", w, k, t), False,
+                                         "OCGGS Pruning: exact, ordered sequences only (Algorithm 1)"))
+SEARCHES.register("taso", SubstSearch(taso, True, "TASO's cost-based backtracking (alpha 1.05)"))
+SEARCHES.register("metaflow", SubstSearch(metaflow, True, "MetaFlow: backtracking on pieces of <= 30 ops"))
+SEARCHES.register("enu", SubstSearch(lambda w, k, t: exact_search("enu", w, k, t), False,
+                                     "brute-force enumeration (tiny graphs)"))
+SEARCHES.register("greedy", SubstSearch(greedy, True,
+                                        "improving-only greedy: the best decreasing substitution, repeatedly"))
 
 
 def check_options(method: str, max_steps: int, time_budget: float | None) -> None:
-    if method not in SEARCHES:
-        raise ValueError(f"unknown substitution search {method!r}; known: {', '.join(SEARCHES)}")
+    SEARCHES.get(method)  # ValueError listing the searches for an unknown one
     if not isinstance(max_steps, int) or not 1 <= max_steps <= MAX_STEPS_LIMIT:
         raise ValueError(f"--max-steps must be an integer from 1 to {MAX_STEPS_LIMIT} (got {max_steps})")
     if time_budget is not None and not time_budget > 0:
@@ -61,10 +74,10 @@ def search(g: Graph, method: str = "sampling", *, max_steps: int = MAX_STEPS, ti
            fold_weights: bool | None = None) -> SubstResult:
     """Run substitution search ``method`` on a copy of ``g`` (``g`` is left as it is)."""
     check_options(method, max_steps, time_budget)
-    fn, reuse, _ = SEARCHES[method]
+    s = SEARCHES.get(method)
     h = g.copy()
-    walk = Walk(h, search_rules(rules), GraphCost(h, cost or AnalyticCost(), fold_weights), reuse=reuse)
-    return fn(walk, max_steps, time_budget)
+    walk = Walk(h, search_rules(rules), GraphCost(h, cost or AnalyticCost(), fold_weights), reuse=s.reuse)
+    return s.run(walk, max_steps, time_budget)
 
 
 def replay(g: Graph, sequence: list[Application], *, cost: CostModel | None = None,
@@ -108,5 +121,5 @@ def substitute(g: Graph, method: str = "sampling", *, max_steps: int = MAX_STEPS
     return res, h
 
 
-__all__ = ["Budget", "GraphCost", "MAX_STEPS", "SEARCHES", "SubstResult", "Walk", "check_options", "replay", "search",
+__all__ = ["Budget", "GraphCost", "MAX_STEPS", "SEARCHES", "SubstResult", "SubstSearch", "Walk", "check_options", "replay", "search",
            "search_rules", "substitute"]

@@ -19,7 +19,7 @@ Each is a ``base.Method``; the registry of every method, these included, is ``se
 
 from __future__ import annotations
 
-from .base import Method, MethodRun, Peer, PeerRun, eager_peak
+from .base import Method, MethodRun, eager_peak
 from .checkmate import Checkmate
 from .common import Failure
 from .dtr import DTR
@@ -32,5 +32,4 @@ from .sqrt_n import SqrtN
 from .torch_mincut import TorchMinCut
 
 __all__ = ["DTR", "Checkmate", "Eager", "Failure", "Method", "MethodRun", "Microbatch", "MicrobatchCkpt", "Offload",
-           "OffloadCkpt", "Peer", "PeerRun",
-           "SqrtN", "TorchMinCut", "eager_peak"]
+           "OffloadCkpt", "SqrtN", "TorchMinCut", "eager_peak"]

@@ -73,10 +73,6 @@ class Method:
         raise NotImplementedError
 
 
-Peer = Method  # the peers' base: a method of family "peer"
-PeerRun = MethodRun
-
-
 def eager_peak(g: Graph, cost: CostModel) -> int:
     """The simulated peak of ``g`` in the traced order (what budgets are fractions of)."""
     from ...simulate import simulate
@@ -85,4 +81,4 @@ def eager_peak(g: Graph, cost: CostModel) -> int:
     return simulate(g, traced_order(g), cost).peak
 
 
-__all__ = ["Method", "MethodRun", "Peer", "PeerRun", "Progress", "eager_peak"]
+__all__ = ["Method", "MethodRun", "Progress", "eager_peak"]

@@ -81,7 +81,7 @@ import numpy as np
 
 from ...ir.graph import Graph, TRef
 from ...simulate import simulate
-from .base import Peer
+from .base import Method
 from .common import (
     Failure,
     Inst,
@@ -680,7 +680,7 @@ class Chosen:
     tried: list[str]  # the finer granularities passed over, and why
 
 
-class Checkmate(Peer):
+class Checkmate(Method):
     name = "checkmate"
     label = "Checkmate"
     colour = "#dc2626"

@@ -47,7 +47,7 @@ from ...fmt import format_bytes
 from ...ir.graph import Graph, NodeKind, TRef
 from ...transform.remat import recomputable
 from ..plan import Plan
-from .base import Peer, eager_peak
+from .base import Method, eager_peak
 from .common import Failure, Inst, RematDecision, make_plan, realise, traced_order
 
 BUDGETS = tuple(round(1 - 0.05 * i, 2) for i in range(1, 15))  # 0.95, 0.9, ..., 0.3
@@ -471,7 +471,7 @@ def budget_plan(g: Graph, cost, fraction: float, free: dict, thrash: float = 10.
                      heuristic="h_DTR per storage (exact evicted neighbourhood)", **run_stats)
 
 
-class DTR(Peer):
+class DTR(Method):
     name = "dtr"
     label = "DTR"
     colour = "#f97316"

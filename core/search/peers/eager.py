@@ -5,11 +5,11 @@ from __future__ import annotations
 
 from ...simulate import simulate
 from ..plan import Plan
-from .base import Peer
+from .base import Method
 from .common import traced_order
 
 
-class Eager(Peer):
+class Eager(Method):
     name = "eager"
     label = "PyTorch eager"
     colour = "#111827"

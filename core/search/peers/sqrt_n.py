@@ -26,7 +26,7 @@ import time
 
 from ...cost.model import CostModel
 from ...ir.graph import Graph
-from .base import Peer
+from .base import Method
 from .common import (
     Failure,
     candidates,
@@ -305,7 +305,7 @@ def _mb(b: float) -> str:
     return f"{b / 1e6:.3g} MB" if b >= 1e5 else f"{b:.0f} B"
 
 
-class SqrtN(Peer):
+class SqrtN(Method):
     name = "sqrt_n"
     label = "sqrt(n) checkpointing"
     colour = "#0ea5e9"

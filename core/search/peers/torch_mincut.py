@@ -43,7 +43,7 @@ from ...cost.model import CostModel
 from ...ir import ops as ops_registry
 from ...ir.graph import Graph, Node, NodeKind, TRef
 from ...simulate import simulate
-from .base import Peer
+from .base import Method
 from .common import (
     Failure,
     Realised,
@@ -231,7 +231,7 @@ def _names(gm) -> tuple[set[str], list[str]]:
     return ops, phs
 
 
-class TorchMinCut(Peer):
+class TorchMinCut(Method):
     name = "torch_mincut"
     label = "torch min-cut"
     colour = "#16a34a"
