@@ -25,6 +25,11 @@ def pytest_configure(config) -> None:
     configs, and nothing waits on the network."""
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+    # the grid peers run their grids only, unless a test asks for the refinement (``refine=True``):
+    # refined, each spends the budget it is given, seconds per call on a tiny graph
+    from core.search.peers import base
+
+    base.REFINE_BY_DEFAULT = False
 
 
 @pytest.hookimpl(tryfirst=True)  # before ``-m`` selects by marker

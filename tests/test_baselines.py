@@ -93,7 +93,7 @@ def test_offloading_an_mlp_moves_its_saved_activations():
     assert saved == {"relu": (["detach_2", "mm_2", "threshold_backward"], ["detach_1"]),
                      "mm_1": (["mse_loss_backward"], [])}
     cost = AnalyticCost("rtx3090")
-    run = METHODS["offload"].run(g, cost)
+    run = METHODS["offload"].run(g, cost, refine=True)
     # mm_1 is 1/64 of relu: offloading relu alone has the peak and latency of offloading both (less
     # on the host), a point given once -- the first, coarsest one
     assert [p.label for p in run.plans] == ["all saved"] and run.extra["duplicates"] == 1
@@ -149,7 +149,7 @@ def test_micro_batching_with_checkpointing_an_mlp_by_hand():
 def test_offloading_with_checkpointing_moves_what_checkpointing_keeps():
     g = load_sample_graph("unet_tiny")
     cost = AnalyticCost("rtx3090")
-    run = run_method("offload_ckpt", g, cost)
+    run = run_method("offload_ckpt", g, cost, refine=True)
     assert run.plans and not run.failures
     for p in run.plans:
         h = _check(g, p, cost)

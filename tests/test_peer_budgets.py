@@ -194,7 +194,7 @@ def best_at(points, latency: float) -> float:
 def test_dtr_refinement_adds_points_and_never_a_worse_best(name):
     g = load_sample_graph(name)
     grid = run_method("dtr", g, COST, time_budget=600, refine=False)
-    fine = run_method("dtr", g, COST, time_budget=600)
+    fine = run_method("dtr", g, COST, time_budget=600, refine=True)
     assert grid.extra["refined"] == 0 and fine.extra["refined"] > 0
     assert fine.extra["exhausted"] and fine.extra["tried"] == fine.extra["grid"] == len(BUDGETS)
     a = {(p.label, p.peak, p.latency) for p in grid.plans}
@@ -225,7 +225,7 @@ def test_offloading_reaches_every_size_threshold_and_stops():
     from core.search.peers.offload import FRACTIONS, saved_activations, size_grid
 
     g = load_sample_graph("unet_tiny")
-    run = run_method("offload", g, COST, time_budget=10**9)
+    run = run_method("offload", g, COST, time_budget=10**9, refine=True)
     saved = saved_activations(g)
     largest = max(g.tensor(r).nbytes for r, _, _ in saved)
     sets = {frozenset(r for r, _, _ in saved if d is None or g.tensor(r).nbytes * d >= largest) for d in FRACTIONS}
@@ -244,7 +244,7 @@ def test_sqrt_n_refines_until_a_level_gives_nothing_new():
 
     g, cost = chain(16)
     base = run_method("sqrt_n", g, cost, time_budget=10**9, variants=("segments",), refine=False)
-    run = run_method("sqrt_n", g, cost, time_budget=10**9, variants=("segments",))
+    run = run_method("sqrt_n", g, cost, time_budget=10**9, variants=("segments",), refine=True)
     assert [p.stats["segments"] for p in run.plans][:3] == [p.stats["segments"] for p in base.plans] == [2, 4, 8]
     assert len(run.plans) > len(base.plans) and run.extra["exhausted"] and run.extra["untried"] == 0
     # every segment count from 2 to n = 17 forward ops was reached (the grid's finest levels give nothing new)
@@ -254,7 +254,7 @@ def test_sqrt_n_refines_until_a_level_gives_nothing_new():
 @pytest.mark.parametrize("method", ["dtr", "sqrt_n", "offload", "offload_ckpt", "microbatch", "microbatch_ckpt"])
 def test_no_method_gives_two_plans_of_equal_peak_and_latency(method):
     g = load_sample_graph("unet_tiny")
-    run = run_method(method, g, COST, time_budget=60)
+    run = run_method(method, g, COST, time_budget=60, refine=True)
     points = [(p.peak, p.latency) for p in run.plans]
     assert points and len(points) == len(set(points))
     assert run.extra["exhausted"]  # a tiny graph: every grid exhausted well within the budget

@@ -342,7 +342,7 @@ def test_dtr_frees_per_tensor_and_matches_the_brute_force_on_a_batch_norm_shape(
     _, free = DTRSim(g, cost, None).run()
     assert free["dtr_peak"] == 512 == METHODS["eager"].plans(g, cost)[0].peak
     assert free["evictions"] == free["dtr_recomputes"] == 0
-    run = METHODS["dtr"].run(g, cost)  # the grid, then its refinement (checked alike below)
+    run = METHODS["dtr"].run(g, cost, refine=True)  # the grid, then its refinement (checked alike below)
     # 0.95, 0.9 and 0.85 succeed, the last two with 0.95's peak and latency: its plan, given once
     assert [p.label for p in run.plans if p.stats["budget_fraction"] in BUDGETS] == ["budget 0.95"]
     assert run.extra["duplicates"] >= 2
@@ -586,8 +586,8 @@ def test_every_peer_plan_verifies_on_the_tiny_workloads(name):
         opts = dict(OPTIONS[name].get(method, {}))
         if method == "torch_mincut":
             opts["model"] = build_workload(name, 0)
-        # a grid peer refines its grid until its budget ends (``Sweep``): a few seconds give it
-        # dozens of plans; Checkmate ends once its budgets are solved
+        # a grid peer's grid (refined, it would spend all of its budget); Checkmate ends once its
+        # budgets are solved
         run = peer.run(case.g, cost, time_budget=30 if method == "checkmate" else GRID_BUDGET, **opts)
         seconds[method] = run.seconds
         failures += [(method, f.label, f.reason) for f in run.failures]

@@ -22,6 +22,18 @@ from ...ir.graph import Graph
 from ..plan import Plan
 from .common import Failure
 
+# Whether a grid peer (DTR, sqrt(n), offloading, the checkpointed variants) refines its grid while
+# its time budget lasts when its caller does not say (``refine=``).  On: every peer spends the
+# budget it is given.  The test suite turns it off for its own process (``tests/conftest.py``): the
+# tests of the refinement ask for it by name, and the commands it runs as subprocesses (``magis
+# compare``, the corpus) keep it on.
+REFINE_BY_DEFAULT = True
+
+
+def refining(refine: bool | None) -> bool:
+    """``refine`` as given, else ``REFINE_BY_DEFAULT``."""
+    return REFINE_BY_DEFAULT if refine is None else refine
+
 Progress = Callable[[str], None]
 
 

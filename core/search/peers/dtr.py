@@ -47,7 +47,7 @@ from ...fmt import format_bytes
 from ...ir.graph import Graph, NodeKind, TRef
 from ...transform.remat import recomputable
 from ..plan import Plan
-from .base import Method, eager_peak
+from .base import Method, eager_peak, refining
 from .common import Failure, Inst, RematDecision, make_plan, realise, traced_order
 
 BUDGETS = tuple(round(1 - 0.05 * i, 2) for i in range(1, 15))  # 0.95, 0.9, ..., 0.3
@@ -479,7 +479,7 @@ class DTR(Method):
     family = "peer"
     paper = "Kirisame et al. 2021, Dynamic Tensor Rematerialization (ICLR 2021)"
 
-    def _run(self, g, cost, *, time_budget, progress, budgets=BUDGETS, thrash=10.0, refine=True,
+    def _run(self, g, cost, *, time_budget, progress, budgets=BUDGETS, thrash=10.0, refine=None,
              halvings=REFINE_HALVINGS, tol=REFINE_TOL, **_):
         """Budgets are fractions of DTR's own unbudgeted peak (a first run with no budget), as in
         the paper's evaluation; ``budget_fraction`` is that fraction, ``eager_fraction`` the
@@ -489,6 +489,7 @@ class DTR(Method):
         left.  A plan of the same peak and latency as an earlier one is given once.  ``extra``:
         the grid's size, the budgets run after it, whether the refinement ran out of gaps
         (``exhausted``) and the duplicates dropped."""
+        refine = refining(refine)
         t0 = time.perf_counter()
         base = eager_peak(g, cost)
         prepared = DTRSim(g, cost, None, thrash)

@@ -22,7 +22,7 @@ from ...errors import SplitError
 from ...simulate import simulate
 from ...transform.fission import apply_split
 from ..plan import Plan
-from .base import Method
+from .base import Method, refining
 from .common import Failure, coarse_to_fine, forward_ops, realise, traced_order, two_instance_decision
 from .microbatch import batch_split, drop_dominated, split_application, split_stats
 from .offload_ckpt import MORE_MODES
@@ -40,13 +40,14 @@ class MicrobatchCkpt(Method):
     paper = ("gradient accumulation over k micro-batches, each checkpointed (cheap ops or sqrt(n) segments "
              "recomputed): remat, then F-Trans of the whole step along the batch")
 
-    def _run(self, g, cost, *, time_budget, progress, parts=None, checkpointing=MODES, refine=True, **_):
+    def _run(self, g, cost, *, time_budget, progress, parts=None, checkpointing=MODES, refine=None, **_):
         """One point per (mode of ``checkpointing``, k of ``parts``; default: every k > 1 dividing the
         batch, coarse to fine); then, with ``refine`` and the default ``checkpointing``, while
         ``time_budget`` lasts, the finer cheap-ops fractions of ``offload_ckpt.MORE_MODES`` (a mode
         recomputing the same ops as an earlier one skipped) with every k.  A plan of the same peak and
         latency as an earlier one is given once; the plans by mode, then k.  ``extra``:
         ``Sweep.stats``."""
+        refine = refining(refine)
         t0 = time.perf_counter()
         backward = {n.id for n in g.ops()} - forward_ops(g)
         sweep = Sweep(time_budget, t0)

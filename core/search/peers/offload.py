@@ -33,7 +33,7 @@ from ...transform.remat import storage_readers
 from ...transform.rule import Application
 from ...transform.swap import SwapLate, swappable
 from ..plan import Plan
-from .base import Method
+from .base import Method, refining
 from .common import Failure, backward_start, coarse_to_fine, forward_ops, traced_order
 from .sqrt_n import STALE, Sweep
 
@@ -100,12 +100,13 @@ class Offload(Method):
     family = "baseline"
     paper = "torch.autograd.graph.save_on_cpu: saved activations in pinned host memory, loaded for the backward"
 
-    def _run(self, g, cost, *, time_budget, progress, fractions=FRACTIONS, refine=True, **_):
+    def _run(self, g, cost, *, time_budget, progress, fractions=FRACTIONS, refine=None, **_):
         """The points of ``fractions``; then, with ``refine`` (and the default fractions), while
         ``time_budget`` lasts: every distinct size threshold of the saved activations (those of at
         least each size that occurs), then the largest N of them for every N (ties in traced
         order), each grid coarse to fine (:func:`size_grid`).  A set offloaded already, or a plan of
         the same peak and latency as an earlier one, is given once.  ``extra``: ``Sweep.stats``."""
+        refine = refining(refine)
         t0 = time.perf_counter()
         saved = saved_activations(g)
         if not saved:

@@ -20,7 +20,7 @@ from ...ir.topo import pull_order
 from ...schedule.placement import place_and_simulate
 from ...simulate import simulate
 from ..plan import Plan
-from .base import Method
+from .base import Method, refining
 from .common import Failure, forward_ops, realise, traced_order, two_instance_decision
 from .offload import FRACTIONS, offloaded, saved_activations, size_grid
 from .sqrt_n import STALE, Sweep, checkpoint_modes, interleave
@@ -38,7 +38,7 @@ class OffloadCkpt(Method):
     paper = ("save_on_cpu for what checkpointing keeps (cheap ops or sqrt(n) segments recomputed): remat, "
              "then SwapLate of every saved activation left")
 
-    def _run(self, g, cost, *, time_budget, progress, fractions=FRACTIONS, checkpointing=MODES, refine=True, **_):
+    def _run(self, g, cost, *, time_budget, progress, fractions=FRACTIONS, checkpointing=MODES, refine=None, **_):
         """The points of ``checkpointing`` x ``fractions``; then, with ``refine`` (and the default
         fractions), while ``time_budget`` lasts: each mode's every distinct size threshold of what it
         keeps (``offload.size_grid``, the modes in turn), then -- with the default ``checkpointing`` --
@@ -47,6 +47,7 @@ class OffloadCkpt(Method):
         plan.  A mode recomputing the same ops as an earlier one, a set offloaded
         already, or a plan of the same peak and latency as an earlier one, is given once.
         ``extra``: ``Sweep.stats``."""
+        refine = refining(refine)
         t0 = time.perf_counter()
         backward = {n.id for n in g.ops()} - forward_ops(g)
         sweep = Sweep(time_budget, t0)

@@ -26,7 +26,7 @@ import time
 
 from ...cost.model import CostModel
 from ...ir.graph import Graph
-from .base import Method
+from .base import Method, refining
 from .common import (
     Failure,
     candidates,
@@ -314,7 +314,7 @@ class SqrtN(Method):
     paper = "Chen et al. 2016, Training Deep Nets with Sublinear Memory Cost (arXiv:1604.06174)"
 
     def _run(self, g, cost, *, time_budget, progress, segments=None, window=0.5, budgets=None, budget_points=10,
-             cheap=True, cheap_fractions=None, variants=("segments", "budget", "cheap"), refine=True, levels=LEVELS, **_):
+             cheap=True, cheap_fractions=None, variants=("segments", "budget", "cheap"), refine=None, levels=LEVELS, **_):
         """Points of three variants: ``segments`` -- k evenly placed segments (k = sqrt(n) and half and
         twice that, or ``segments``); ``budget`` -- Chen's memory-budget greedy at each byte budget of
         ``budgets`` (default: ``budget_points`` of a geometric grid); ``cheap`` -- no segments: only
@@ -328,6 +328,7 @@ class SqrtN(Method):
         geometric from 2 to n (:func:`segment_counts`), the budget grid with its steps halved, and the
         cheap-ops fractions j / 2^(level+3) -- of the variants whose grid was not given -- until a
         whole level gives no new plan (the grid is exhausted).  ``extra``: ``Sweep.stats``."""
+        refine = refining(refine)
         t0 = time.perf_counter()
         sweep = Sweep(time_budget, t0)
         fwdset = forward_ops(g)
