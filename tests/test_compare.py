@@ -96,10 +96,14 @@ def test_merge_plans_keeps_each_methods_front_and_eager_last():
         merge_plans(old, PlanFile("g", 7, "a100-80gb", [_p("eager", 1, 1.0)]))
 
 
-def test_magis_compare_reproduces_bench_pareto(tmp_path):
+def test_magis_compare_reproduces_bench_pareto(tmp_path, monkeypatch):
     """Same graph, methods and budgets: ``magis compare`` prints the rows ``bench/pareto.py`` prints (the
     deterministic methods; MAGIS's search depends on the wall clock)."""
     import sys
+
+    from core.search.peers import base
+
+    monkeypatch.setattr(base, "REFINE_BY_DEFAULT", True)  # as in the ``magis compare`` process
 
     sys.path.insert(0, str(__import__("pathlib").Path(__file__).resolve().parents[1] / "bench"))
     import pareto as bench
