@@ -29,7 +29,7 @@ def test_plan_step_against_dtr_compares_at_no_more_latency(tmp_path, monkeypatch
     import bench.plan_step_vs_dtr as bench
 
     out = tmp_path / "d.json"
-    assert bench.main(["--models", "bert_tiny", "--limits", "0.6", "--time-budget", "2", "--json", str(out)]) == 0
+    assert bench.main(["--models", "bert_tiny", "--limits", "0.6", "--time-budget", "4", "--json", str(out)]) == 0
     (r,) = json.loads(out.read_text())["rows"]
     assert r["model"] == "bert_tiny" and r["magis_peak"] < r["eager_peak"] and r["dtr_points"] >= 1
     if r["dtr_peak"] is not None:
